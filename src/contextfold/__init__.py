@@ -1,0 +1,1 @@
+"""contextfold: an honest token budget and a fitted view for LLM agents."""

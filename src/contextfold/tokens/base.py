@@ -1,0 +1,33 @@
+"""The one small protocol every token counter speaks.
+
+The manager counts each message exactly once, when it is admitted, and keeps the
+integer. Counters therefore return *raw* counts; a calibrated counter applies its
+learned per-model ratio to totals (one multiplication per request), never per message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Counts tokens of chat messages (OpenAI/Amplifier or Anthropic shapes)."""
+
+    @property
+    def name(self) -> str:
+        """Short identifier shown in reports, e.g. ``heuristic`` or ``exact:o200k_base``."""
+        ...
+
+    def count_text(self, text: str) -> int:
+        """Tokens of a bare string (no message framing)."""
+        ...
+
+    def count_message(self, message: Mapping[str, Any]) -> int:
+        """Tokens one message costs inside a request, framing included."""
+        ...
+
+    def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
+        """Tokens the tool schemas of a request cost."""
+        ...
