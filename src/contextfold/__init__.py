@@ -1,1 +1,64 @@
-"""contextfold: an honest token budget and a fitted view for LLM agents."""
+"""contextfold: an honest token budget and a fitted view for LLM agents.
+
+Keep the whole conversation; before every model call, hand the provider a view that
+fits the budget, compacting cheapest and least lossy first, never separating a tool
+call from its result, never losing history.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from .budget import BudgetDecision, derive_budget
+from .config import ContextConfig
+from .errors import ConfigError, ContextLengthError, MessageValidationError
+from .events import (
+    ALL_EVENTS,
+    BUDGET,
+    CALIBRATION,
+    COMPACTION,
+    INGRESS_TRUNCATED,
+    REPORT,
+)
+from .manager import ContextFold
+from .messages import Kind
+from .report import RequestReport
+from .tokens import (
+    CalibratedCounter,
+    ExactCounter,
+    HeuristicCounter,
+    TokenCounter,
+    build_counter,
+)
+from .views import fit, strip_metadata
+
+try:
+    __version__ = version("contextfold")
+except PackageNotFoundError:  # running from a source tree without installation
+    __version__ = "0.0.0"
+
+__all__ = [
+    "ALL_EVENTS",
+    "BUDGET",
+    "CALIBRATION",
+    "COMPACTION",
+    "INGRESS_TRUNCATED",
+    "REPORT",
+    "BudgetDecision",
+    "CalibratedCounter",
+    "ConfigError",
+    "ContextConfig",
+    "ContextFold",
+    "ContextLengthError",
+    "ExactCounter",
+    "HeuristicCounter",
+    "Kind",
+    "MessageValidationError",
+    "RequestReport",
+    "TokenCounter",
+    "__version__",
+    "build_counter",
+    "derive_budget",
+    "fit",
+    "strip_metadata",
+]

@@ -1,0 +1,154 @@
+"""Budget derivation and its provenance record (the ``context:budget`` payload).
+
+Step 1 derives what the model offers, in priority order: an explicit ``token_budget``;
+``provider.get_model_info()``; ``provider.get_info().defaults``; else
+``max_tokens_fallback``. A window becomes a budget by
+``context_window - output_reserve_fraction * max_output_tokens - safety_margin``.
+Step 2 caps it: ``effective = min(derived, max_tokens)``. ``min`` can only lower a
+budget, so a cap can make compaction fire earlier but can never overflow a request.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .config import ContextConfig
+
+logger = logging.getLogger(__name__)
+
+SOURCES = ("explicit", "provider_model_info", "provider_defaults", "max_tokens_fallback")
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetDecision:
+    """The effective budget of a request and where it came from."""
+
+    source: str
+    context_window: int | None
+    max_output_tokens: int | None
+    reserved_output: int | None
+    derived_budget: int
+    max_tokens: int | None
+    max_tokens_fallback: int
+    capped: bool
+    effective_budget: int
+    model: str | None = None
+
+    def to_event(self) -> dict[str, Any]:
+        """The contract's ``context:budget`` payload (the model rides along as extra)."""
+        return asdict(self)
+
+
+async def derive_budget(
+    config: ContextConfig, *, token_budget: int | None = None, provider: Any | None = None
+) -> BudgetDecision:
+    """Derive the effective budget of one request (see the module docstring)."""
+    model = _provider_model(provider)
+    if token_budget is not None:
+        if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget <= 0:
+            raise ValueError(
+                f"token_budget must be a positive whole number of tokens, got {token_budget!r}; "
+                "pass None to derive the budget from the provider."
+            )
+        return _finish(config, "explicit", None, None, None, token_budget, model)
+
+    if provider is not None:
+        window = await _window_from(provider, "get_model_info")
+        source = "provider_model_info"
+        if window is None:
+            window = await _window_from(provider, "get_info")
+            source = "provider_defaults"
+        if window is not None:
+            context_window, max_output, window_model = window
+            reserved = int(config.output_reserve_fraction * max_output)
+            derived = max(0, context_window - reserved - config.safety_margin)
+            return _finish(
+                config, source, context_window, max_output, reserved, derived, window_model or model
+            )
+        logger.warning(
+            "context-fold: provider %r publishes no context window; using max_tokens_fallback=%d. "
+            "The durable fix is for the provider to publish its window.",
+            getattr(provider, "name", type(provider).__name__),
+            config.max_tokens_fallback,
+        )
+    return _finish(
+        config, "max_tokens_fallback", None, None, None, config.max_tokens_fallback, model
+    )
+
+
+def _finish(
+    config: ContextConfig,
+    source: str,
+    context_window: int | None,
+    max_output: int | None,
+    reserved: int | None,
+    derived: int,
+    model: str | None,
+) -> BudgetDecision:
+    cap = config.max_tokens
+    effective = derived if cap is None else min(derived, cap)
+    return BudgetDecision(
+        source=source,
+        context_window=context_window,
+        max_output_tokens=max_output,
+        reserved_output=reserved,
+        derived_budget=derived,
+        max_tokens=cap,
+        max_tokens_fallback=config.max_tokens_fallback,
+        capped=cap is not None and cap < derived,
+        effective_budget=effective,
+        model=model,
+    )
+
+
+async def _window_from(provider: Any, method: str) -> tuple[int, int, str | None] | None:
+    """(context_window, max_output_tokens, model) from one provider method, if it has one."""
+    getter = getattr(provider, method, None)
+    if not callable(getter):
+        return None
+    try:
+        info = getter()
+        if inspect.isawaitable(info):
+            info = await info
+    except Exception:  # a provider bug must not break the request: fall to the next source
+        logger.debug("context-fold: provider.%s() failed", method, exc_info=True)
+        return None
+    if info is None:
+        return None
+    if method == "get_info":
+        info = _field(info, "defaults")
+        if info is None:
+            return None
+    window = _positive_int(_field(info, "context_window"))
+    if window is None:
+        return None
+    max_output = _positive_int(_field(info, "max_output_tokens")) or 0
+    model = _field(info, "id") if method == "get_model_info" else _field(info, "model")
+    return window, max_output, model if isinstance(model, str) else None
+
+
+def _provider_model(provider: Any) -> str | None:
+    """The model name a provider will use, for per-model calibration; None if unknown."""
+    if provider is None:
+        return None
+    for attr in ("default_model", "model"):
+        value = getattr(provider, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _field(obj: Any, name: str) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def _positive_int(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return None
+    return int(value)

@@ -1,0 +1,151 @@
+"""The compaction notice: what the model reads in place of what was compacted.
+
+Besides saying that the view is compacted (so the model does not take the gap for a
+missing memory), it carries an extractive digest of what was removed: the prompts,
+the tool calls with their arguments, the first words of replies. No model call is
+needed, and the digest is bounded by ``compaction_notice_token_reserve``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ..history import History
+from ..messages import NOTICE_SOURCE, Kind
+from .working import FoldState
+
+LINE_CHARS = 160
+CHARS_PER_TOKEN = 3  # conservative: digest lines are dense (names, ids, numbers)
+
+
+def build_notice(
+    history: History, state: FoldState, *, truncate_chars: int, reserve_tokens: int, role: str
+) -> dict[str, Any] | None:
+    """The notice for ``state``, or None when nothing is compacted."""
+    if state.is_empty:
+        return None
+    removed_messages = sum(
+        history.units[u].end - history.units[u].start for u in state.removed_units
+    )
+    head = [
+        "<context-compaction>",
+        "Parts of this conversation were compacted to fit the context window. The full "
+        "history is kept outside this view; nothing below was changed except as stated.",
+    ]
+    if removed_messages:
+        head.append(
+            f"- {removed_messages} earlier message(s) in {len(state.removed_units)} turn(s) or "
+            "tool-call group(s) were removed from this view."
+        )
+    if state.truncated:
+        head.append(
+            f"- {len(state.truncated)} older message(s) were shortened to their first "
+            f"{truncate_chars} characters (marked where shortened)."
+        )
+    tail = ["</context-compaction>"]
+    digest = _digest_lines(history, state)
+    budget_chars = reserve_tokens * CHARS_PER_TOKEN - sum(len(line) + 1 for line in head + tail)
+    if digest:
+        chosen = _fit_lines(["Removed, in order:", *digest], budget_chars)
+        head.extend(chosen)
+    return {
+        "role": role,
+        "content": "\n".join(head + tail),
+        "metadata": {"source": NOTICE_SOURCE, "compaction_notice": True},
+    }
+
+
+def _digest_lines(history: History, state: FoldState) -> list[str]:
+    lines: list[str] = []
+    for unit_index in sorted(state.removed_units):
+        unit = history.units[unit_index]
+        for entry in history.entries[unit.start : unit.end]:
+            message = entry.message
+            kind = entry.info.kind
+            if kind is Kind.HUMAN:
+                lines.append(_clip(f'- user asked: "{_text_of(message)}"'))
+            elif kind is Kind.ASSISTANT:
+                text = _text_of(message)
+                if text:
+                    lines.append(_clip(f'- assistant said: "{text}"'))
+                for call in _calls_of(message):
+                    lines.append(_clip(f"- assistant called {call}"))
+            elif kind is Kind.USER:
+                lines.append(_clip(f'- note: "{_text_of(message)}"'))
+    return lines
+
+
+def _fit_lines(lines: list[str], budget_chars: int) -> list[str]:
+    """All lines if they fit, else the first and the last ones around an elision."""
+    if sum(len(line) + 1 for line in lines) <= budget_chars:
+        return lines
+    keep_head: list[str] = []
+    keep_tail: list[str] = []
+    used = len(lines[0]) + 1 + 40  # the title and the elision line
+    head_i, tail_i = 1, len(lines) - 1
+    take_head = True
+    while head_i <= tail_i:
+        line = lines[head_i] if take_head else lines[tail_i]
+        if used + len(line) + 1 > budget_chars:
+            break
+        used += len(line) + 1
+        if take_head:
+            keep_head.append(line)
+            head_i += 1
+        else:
+            keep_tail.append(line)
+            tail_i -= 1
+        take_head = not take_head
+    skipped = tail_i - head_i + 1
+    middle = [f"- ... {skipped} more item(s) ..."] if skipped > 0 else []
+    return [lines[0], *keep_head, *middle, *reversed(keep_tail)]
+
+
+def _clip(line: str) -> str:
+    line = " ".join(line.split())
+    return line if len(line) <= LINE_CHARS else line[: LINE_CHARS - 1] + "…"
+
+
+def _text_of(message: Mapping[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content[:LINE_CHARS]
+    if isinstance(content, list):
+        parts = [
+            str(b.get("text", ""))
+            for b in content
+            if isinstance(b, Mapping) and b.get("type") == "text"
+        ]
+        return " ".join(parts)[:LINE_CHARS]
+    return ""
+
+
+def _calls_of(message: Mapping[str, Any]) -> list[str]:
+    calls: list[str] = []
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+        name = call.get("tool") or call.get("name") or function.get("name")
+        arguments = call.get("arguments", function.get("arguments"))
+        calls.append(f"{name}({_arguments(arguments)})")
+    content = message.get("content")
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, Mapping) and block.get("type") == "tool_use":
+                calls.append(f"{block.get('name')}({_arguments(block.get('input'))})")
+    return calls
+
+
+def _arguments(arguments: Any) -> str:
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return arguments[:80]
+    if isinstance(arguments, Mapping):
+        return ", ".join(
+            f"{k}={json.dumps(v, ensure_ascii=False, default=str)[:40]}"
+            for k, v in arguments.items()
+        )
+    return "" if arguments is None else json.dumps(arguments, default=str)[:80]

@@ -1,0 +1,458 @@
+"""The context manager: the five protocol methods, wiring history, counter, planner,
+meter and events. Works as an Amplifier context module and as a plain library.
+
+Cost model: ``add_message`` validates, caps and counts one message (O(size of that
+message)); a request that needs no compaction does O(1) token arithmetic plus the
+O(n) copy of a cached view list; a compaction pass is linear in n.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from .budget import BudgetDecision, derive_budget
+from .compaction.planner import PassResult, assemble_view, run_pass
+from .compaction.working import FoldState
+from .config import ContextConfig
+from .errors import context_length_error
+from .events import (
+    BUDGET,
+    CALIBRATION,
+    COMPACTION,
+    INGRESS_TRUNCATED,
+    REPORT,
+    EventCallback,
+    EventSink,
+)
+from .history import History
+from .ingress import IngressClip
+from .messages import Kind
+from .meter import MeterStats, UsageReading, read_usage
+from .report import RequestReport
+from .tokens import CalibratedCounter, TokenCounter, build_counter
+
+logger = logging.getLogger(__name__)
+
+
+class ContextFold:
+    """Keeps the whole conversation; hands each request a fitted, honest view of it.
+
+    ``ContextFold(config=None, *, on_event=None, counter=None, **settings)``: settings are
+    the configuration keys (see `ContextConfig`), given as a mapping, as keywords, or both.
+    """
+
+    #: get_messages_for_request accepts hard_fit=True (a provider-directed forced refit).
+    supports_hard_fit = True
+
+    def __init__(
+        self,
+        config: ContextConfig | Mapping[str, Any] | None = None,
+        *,
+        on_event: EventCallback | None = None,
+        counter: TokenCounter | None = None,
+        **settings: Any,
+    ) -> None:
+        if isinstance(config, ContextConfig) and not settings:
+            self.config = config
+        else:
+            base = config.to_dict() if isinstance(config, ContextConfig) else dict(config or {})
+            self.config = ContextConfig.from_mapping({**base, **settings})
+        self.counter: TokenCounter = counter or build_counter(
+            self.config.token_counter, model=self.config.token_model
+        )
+        self._events = EventSink(on_event)
+        self._lock = asyncio.Lock()
+        self._model: str | None = self.config.token_model
+        self._last_budget_event: dict[str, Any] | None = None
+        self.last_report: RequestReport | None = None
+        self.token_meter_stats: MeterStats | None = None
+        self._reset_history(History(self.counter, self.config.max_tool_result_bytes))
+
+    # -- state -------------------------------------------------------------------------
+
+    def _reset_history(self, history: History) -> None:
+        self._history = history
+        self._state = FoldState()
+        self._notice: dict[str, Any] | None = None
+        self._notice_cost = 0
+        self._view: list[dict[str, Any]] = [e.message for e in history.entries]
+        self._view_raw = history.raw_total
+        self._reminders: dict[str, int] = {}
+        for index, entry in enumerate(history.entries):
+            self._index_reminder(index, entry.info.reminder, entry.message)
+        # The meter's last reading describes a request over the old history: forget it.
+        self._last_reading: UsageReading | None = None
+        self._last_delivered_raw: int | None = None
+
+    def _index_reminder(self, index: int, is_reminder: bool, message: Mapping[str, Any]) -> None:
+        if is_reminder:
+            self._reminders[_plain_text(message.get("content"))] = index
+
+    # -- the protocol --------------------------------------------------------------------
+
+    async def add_message(self, message: dict[str, Any]) -> None:
+        """Validate, cap and admit one message. Raises `MessageValidationError` (a
+        ValueError) naming the field on bad input, leaving history exactly as it was."""
+        async with self._lock:
+            admission = self._history.prepare(message)
+            entry = self._history.append(admission)
+            self._view.append(entry.message)
+            self._view_raw += entry.cost
+            self._index_reminder(len(self._history) - 1, entry.info.reminder, entry.message)
+        await self._emit_clips(admission.clips)
+
+    async def get_messages_for_request(
+        self,
+        token_budget: int | None = None,
+        provider: Any | None = None,
+        *,
+        hard_fit: bool = False,
+        required_reminders: Sequence[str] = (),
+    ) -> list[dict[str, Any]]:
+        """The fitted view for the next request: a new list, history untouched.
+
+        ``token_budget`` overrides the provider-derived budget; ``hard_fit=True`` (for an
+        orchestrator retrying after a provider overflow) compacts to the budget itself
+        instead of ``target_usage``; ``required_reminders`` names persisted reminder
+        bodies that must reach the model complete. Raises amplifier-core's
+        `ContextLengthError` when the protected content alone cannot fit.
+        """
+        decision = await derive_budget(self.config, token_budget=token_budget, provider=provider)
+        async with self._lock:
+            view, events = self._plan_request(decision, hard_fit, required_reminders)
+        for event, data in events:
+            await self._events.emit(event, data)
+        return view
+
+    async def get_messages(self) -> list[dict[str, Any]]:
+        """The whole history exactly as admitted (copies: editing them changes nothing)."""
+        async with self._lock:
+            return [copy.deepcopy(e.message) for e in self._history.entries]
+
+    async def set_messages(self, messages: list[dict[str, Any]]) -> None:
+        """Replace the history (session resume). All-or-nothing: on a bad message the
+        error names its index and the current history stays as it was. Learned
+        calibration survives; compaction state starts afresh."""
+        if not isinstance(messages, Iterable) or isinstance(messages, str | bytes | Mapping):
+            raise TypeError(
+                f"set_messages takes a list of message dicts, got {type(messages).__name__}"
+            )
+        fresh = History(self.counter, self.config.max_tool_result_bytes)
+        clips = fresh.extend(messages)
+        async with self._lock:
+            self._reset_history(fresh)
+        await self._emit_clips(clips)
+
+    async def clear(self) -> None:
+        """Forget every message (calibration and configuration stay)."""
+        async with self._lock:
+            self._reset_history(History(self.counter, self.config.max_tool_result_bytes))
+
+    # -- the meter -----------------------------------------------------------------------
+
+    async def on_llm_response(self, data: Mapping[str, Any]) -> None:
+        """Record a provider's reported usage (the ``llm:response`` payload)."""
+        parsed = read_usage(data)
+        if parsed is None:
+            return
+        input_tokens, cache_read, cache_write, model = parsed
+        model = model or self._model
+        reading = UsageReading(
+            actual=input_tokens + cache_write,
+            input_tokens=input_tokens,
+            cache_read_tokens=cache_read,
+            cache_write_tokens=cache_write,
+            model=model,
+            view_raw=self._last_delivered_raw,
+        )
+        self._last_reading = reading
+        if isinstance(self.counter, CalibratedCounter) and reading.view_raw:
+            update = self.counter.observe(model, reading.view_raw, reading.actual)
+            await self._events.emit(CALIBRATION, _as_dict(update))
+
+    # -- the request path ------------------------------------------------------------------
+
+    def _ratio(self, model: str | None) -> float:
+        if isinstance(self.counter, CalibratedCounter):
+            return self.counter.ratio(model)
+        return 1.0
+
+    def _plan_request(
+        self, decision: BudgetDecision, hard_fit: bool, required_reminders: Sequence[str]
+    ) -> tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
+        cfg = self.config
+        model = decision.model or self._model
+        self._model = model
+        ratio = self._ratio(model)
+        history = self._history
+        before_raw = self._view_raw + self._notice_cost
+        estimate = math.ceil(before_raw * ratio)
+        messages_before = len(self._view)
+
+        if not cfg.compaction_enabled:
+            view = list(self._view)
+            report = self._report(
+                decision,
+                estimate,
+                estimate,
+                messages_before,
+                len(view),
+                ratio=ratio,
+                trigger=decision.effective_budget,
+                target=decision.effective_budget,
+                hard_fit=hard_fit,
+            )
+            return self._deliver(
+                view, before_raw, decision, report, None, estimate, estimate, ratio
+            )
+
+        reserve = cfg.compaction_notice_token_reserve if cfg.compaction_notice_enabled else 0
+        usable = max(0, decision.effective_budget - reserve)
+        trigger = math.floor(cfg.compact_threshold * usable)
+        target = math.floor(cfg.target_usage * usable)
+        if hard_fit:
+            trigger = target = usable
+        measured, source = self._measure(estimate, before_raw, ratio)
+        overhead = max(0, measured - estimate)  # in actual mode: what the provider saw beyond us
+        retained = self._find_reminders(required_reminders, decision)
+        restore = any(
+            i in self._state.truncated or history.entries[i].unit in self._state.removed_units
+            for i in retained
+        )
+
+        result: PassResult | None = None
+        if measured > trigger or restore:
+            result = run_pass(
+                history,
+                self._state,
+                counter=self.counter,
+                target_raw=max(0, math.floor((target - overhead) / ratio)),
+                limit_raw=max(0, math.floor((usable - overhead) / ratio)),
+                protected_recent=cfg.protected_recent,
+                protected_tool_results=cfg.protected_tool_results,
+                truncate_chars=cfg.truncate_chars,
+                retained=retained,
+                notice_role=cfg.compaction_notice_role,
+                notice_reserve=cfg.compaction_notice_token_reserve,
+                notice_enabled=cfg.compaction_notice_enabled,
+            )
+            after_raw = result.raw_total + result.notice_cost
+            after = math.ceil(after_raw * ratio) + overhead
+            if after > decision.effective_budget:
+                # Protected content alone cannot fit: fail loudly, commit nothing.
+                raise context_length_error(
+                    f"context-fold: the protected content of this conversation needs about "
+                    f"{after:,} tokens but the effective budget is {decision.effective_budget:,} "
+                    f"(source: {decision.source}; {len(history)} messages in history, "
+                    f"{len(history.units) - len(result.state.removed_units)} turns that cannot "
+                    "be removed further). Raise max_tokens or use a model with a larger window, "
+                    "lower protected_recent / protected_tool_results, or start a new session.",
+                    required_tokens=after,
+                    budget=decision.effective_budget,
+                    model=model,
+                )
+            self._commit(result)
+            after_estimate = math.ceil((self._view_raw + self._notice_cost) * ratio)
+        else:
+            after_estimate = estimate
+
+        view = list(self._view)
+        report = self._report(
+            decision,
+            estimate,
+            after_estimate,
+            messages_before,
+            len(view),
+            ratio=ratio,
+            trigger=trigger,
+            target=target,
+            hard_fit=hard_fit,
+            result=result,
+            source=source,
+        )
+        self.token_meter_stats = MeterStats(
+            mode=cfg.token_meter,
+            source=source,
+            estimate=estimate,
+            raw_estimate=before_raw,
+            measured=measured if source == "actual" else None,
+            last_actual=self._last_reading.actual if self._last_reading else None,
+            drift=self._drift(),
+            ratio=ratio,
+        )
+        return self._deliver(
+            view,
+            self._view_raw + self._notice_cost,
+            decision,
+            report,
+            result,
+            estimate,
+            after_estimate,
+            ratio,
+        )
+
+    def _measure(self, estimate: int, view_raw: int, ratio: float) -> tuple[int, str]:
+        """The size the trigger compares: the estimate, or in actual mode the last real
+        figure plus the estimate of what changed since that request."""
+        reading = self._last_reading
+        if self.config.token_meter != "actual" or reading is None or reading.view_raw is None:
+            return estimate, "estimate"
+        return reading.actual + math.ceil((view_raw - reading.view_raw) * ratio), "actual"
+
+    def _drift(self) -> float | None:
+        reading = self._last_reading
+        if reading is None or not reading.view_raw:
+            return None
+        return round(reading.actual / reading.view_raw, 4)
+
+    def _find_reminders(self, bodies: Sequence[str], decision: BudgetDecision) -> list[int]:
+        if isinstance(bodies, str):
+            bodies = [bodies]
+        found: list[int] = []
+        for body in bodies:
+            index = self._reminders.get(body)
+            if index is None:
+                raise context_length_error(
+                    "context-fold: a required reminder body was never admitted as a persisted "
+                    "ephemeral user message (metadata ephemeral=True, persisted=True), so it "
+                    f"cannot be delivered: {body[:80]!r}. Add it to the context first.",
+                    required_tokens=0,
+                    budget=decision.effective_budget,
+                    model=decision.model,
+                )
+            found.append(index)
+        return found
+
+    def _commit(self, result: PassResult) -> None:
+        self._state = result.state
+        self._notice = result.notice
+        self._notice_cost = result.notice_cost
+        self._view_raw = result.raw_total
+        self._view = assemble_view(self._history, self._state, self._notice)
+
+    def _report(
+        self,
+        decision: BudgetDecision,
+        before: int,
+        after: int,
+        messages_before: int,
+        messages_after: int,
+        *,
+        ratio: float,
+        trigger: int,
+        target: int,
+        hard_fit: bool,
+        result: PassResult | None = None,
+        source: str = "estimate",
+    ) -> RequestReport:
+        state = self._state
+        return RequestReport(
+            tokens_before=before,
+            tokens_after=after,
+            messages_before=messages_before,
+            messages_after=messages_after,
+            history_messages=len(self._history),
+            compacted=result is not None,
+            level=result.level if result else 0,
+            applied=list(result.changed) if result else [],
+            budget=decision.effective_budget,
+            trigger=trigger,
+            target=target,
+            hard_fit=hard_fit,
+            size_source=source,
+            counter=self.counter.name,
+            ratio=round(ratio, 4),
+            removed_total=sum(
+                self._history.units[u].end - self._history.units[u].start
+                for u in state.removed_units
+            ),
+            truncated_total=len(state.truncated),
+        )
+
+    def _deliver(
+        self,
+        view: list[dict[str, Any]],
+        view_raw: int,
+        decision: BudgetDecision,
+        report: RequestReport,
+        result: PassResult | None,
+        before: int,
+        after: int,
+        ratio: float,
+    ) -> tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
+        """Record what is being delivered and the events to emit once the lock is released."""
+        self._last_delivered_raw = view_raw
+        self.last_report = report
+        events: list[tuple[str, dict[str, Any]]] = []
+        budget_event = decision.to_event()
+        if budget_event != self._last_budget_event:
+            self._last_budget_event = budget_event
+            events.append((BUDGET, budget_event))
+        if result is not None:
+            events.append(
+                (
+                    COMPACTION,
+                    {
+                        "before_tokens": before,
+                        "after_tokens": after,
+                        "before_messages": report.messages_before,
+                        "after_messages": report.messages_after,
+                        "removed": result.changed.get("drop_oldest", 0),
+                        "truncated": sum(
+                            n for rung, n in result.changed.items() if rung != "drop_oldest"
+                        ),
+                        "level": result.level,
+                        "applied": list(result.changed),
+                        "budget": decision.effective_budget,
+                        "trigger": report.trigger,
+                        "target": report.target,
+                        "hard_fit": report.hard_fit,
+                        "ratio": round(ratio, 4),
+                    },
+                )
+            )
+        events.append((REPORT, report.to_dict()))
+        return view, events
+
+    async def _emit_clips(self, clips: list[IngressClip]) -> None:
+        for clip in clips:
+            await self._events.emit(INGRESS_TRUNCATED, clip.to_event())
+
+    # -- introspection -------------------------------------------------------------------
+
+    @property
+    def message_count(self) -> int:
+        return len(self._history)
+
+    def human_prompt_indices(self) -> tuple[int | None, int | None]:
+        """Indices of the first and last human prompts in history."""
+        return self._history.first_human, self._history.last_human
+
+    def kinds(self) -> list[Kind]:
+        """The classification of every message in history, in order."""
+        return [e.info.kind for e in self._history.entries]
+
+
+def _plain_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(b.get("text", ""))
+            for b in content
+            if isinstance(b, Mapping) and b.get("type") == "text"
+        )
+    return ""
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        return dict(value)
+    from dataclasses import asdict, is_dataclass
+
+    return asdict(value) if is_dataclass(value) else {"value": value}

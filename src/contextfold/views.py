@@ -1,0 +1,36 @@
+"""Conveniences for plain-library use with a list of chat messages and any client."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .manager import ContextFold
+
+
+def fit(
+    messages: Iterable[Mapping[str, Any]], token_budget: int, **settings: Any
+) -> list[dict[str, Any]]:
+    """One-shot: the view of ``messages`` that fits ``token_budget`` tokens.
+
+    For a loop that calls a model many times, keep a `ContextFold` instead: it counts each
+    message once and keeps compaction sticky (prefix-cache friendly). Must not be called
+    from inside a running event loop (use ``await ContextFold(...).get_messages_for_request``).
+    """
+
+    async def run() -> list[dict[str, Any]]:
+        context = ContextFold(settings)
+        await context.set_messages(list(messages))
+        return await context.get_messages_for_request(token_budget=token_budget)
+
+    return asyncio.run(run())
+
+
+def strip_metadata(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Copies of ``messages`` without the ``metadata`` key, which provider APIs refuse.
+
+    Amplifier providers drop metadata themselves; call this before handing a view to an
+    SDK such as ``openai`` or ``anthropic`` directly.
+    """
+    return [{k: v for k, v in m.items() if k != "metadata"} for m in messages]

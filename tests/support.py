@@ -1,0 +1,126 @@
+"""Builders of conversations for the tests (Amplifier/OpenAI and Anthropic shapes)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+SYSTEM = {"role": "system", "content": "You are a careful research agent."}
+
+
+def human(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text, "metadata": {"source": "user"}}
+
+
+def hook_note(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text, "metadata": {"source": "hook"}}
+
+
+def reply(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+def prose(seed: int, chars: int) -> str:
+    words = ("alpha", "bravo", "delta", "harbor", "lantern", "quartz", "meadow", "signal", "vector")
+    out: list[str] = []
+    total = 0
+    i = seed
+    while total < chars:
+        word = words[(i * 7 + 3) % len(words)] + str(i % 97)
+        out.append(word)
+        total += len(word) + 1
+        i += 1
+    return " ".join(out)[:chars]
+
+
+def tool_round(
+    n: int, *, calls: int = 1, result_chars: int = 2000, shape: str = "amplifier"
+) -> list[dict[str, Any]]:
+    """An assistant message making ``calls`` tool calls, then their results."""
+    ids = [f"call_{n}_{k}" for k in range(calls)]
+    if shape == "openai":
+        assistant = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": i,
+                    "type": "function",
+                    "function": {"name": "lookup", "arguments": json.dumps({"topic": f"t{n}"})},
+                }
+                for i in ids
+            ],
+        }
+    elif shape == "anthropic":
+        assistant = {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": i, "name": "lookup", "input": {"topic": f"t{n}"}}
+                for i in ids
+            ],
+        }
+        results = {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": i,
+                    "content": prose(n * 10 + k, result_chars),
+                }
+                for k, i in enumerate(ids)
+            ],
+        }
+        return [assistant, results]
+    else:
+        assistant = {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": i, "tool": "lookup", "arguments": {"topic": f"t{n}"}} for i in ids
+            ],
+        }
+    results = [
+        {"role": "tool", "tool_call_id": i, "content": prose(n * 10 + k, result_chars)}
+        for k, i in enumerate(ids)
+    ]
+    return [assistant, *results]
+
+
+def agent_run(rounds: int, *, result_chars: int = 2000, shape: str = "amplifier") -> list[dict]:
+    messages: list[dict[str, Any]] = [SYSTEM, human("Research every topic and summarise.")]
+    for n in range(rounds):
+        messages.extend(tool_round(n, calls=1 + n % 3, result_chars=result_chars, shape=shape))
+        if n % 5 == 4:
+            messages.append(reply(f"Progress note {n}: " + prose(n, 300)))
+    return messages
+
+
+def call_ids_of(message: Mapping[str, Any]) -> list[str]:
+    ids = [c["id"] for c in message.get("tool_calls") or ()]
+    content = message.get("content")
+    if isinstance(content, list):
+        ids += [b["id"] for b in content if b.get("type") in ("tool_use", "tool_call")]
+    return ids
+
+
+def result_ids_of(message: Mapping[str, Any]) -> list[str]:
+    if message.get("role") == "tool":
+        return [message["tool_call_id"]]
+    content = message.get("content")
+    if isinstance(content, list):
+        return [b["tool_use_id"] for b in content if b.get("type") == "tool_result"]
+    return []
+
+
+def assert_pairing(view: Sequence[Mapping[str, Any]]) -> None:
+    """No orphan result; every call answered unless its group is the open tail."""
+    pending: dict[str, int] = {}
+    for i, message in enumerate(view):
+        for rid in result_ids_of(message):
+            assert rid in pending, f"orphan tool result {rid!r} at view index {i}"
+            del pending[rid]
+        if message.get("role") == "assistant" and call_ids_of(message):
+            assert not pending, f"calls {sorted(pending)} unanswered before view index {i}"
+        for cid in call_ids_of(message):
+            pending[cid] = i

@@ -1,0 +1,131 @@
+"""Budget derivation in the contract's priority order, the cap, and the context:budget event."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from amplifier_core.models import ModelInfo, ProviderInfo
+
+from contextfold import ContextConfig, ContextFold, derive_budget
+from support import SYSTEM, human
+
+
+class Provider:
+    def __init__(self, model_info=None, defaults=None, raises=False) -> None:
+        self._model_info = model_info
+        self._defaults = defaults
+        self._raises = raises
+        self.name = "fake"
+
+    def get_model_info(self):
+        if self._raises:
+            raise RuntimeError("boom")
+        return self._model_info
+
+    def get_info(self):
+        return ProviderInfo(id="fake", display_name="Fake", defaults=self._defaults or {})
+
+
+MI = ModelInfo(id="m-1", display_name="M", context_window=200_000, max_output_tokens=32_000)
+
+
+async def test_priority_order_and_formula() -> None:
+    cfg = ContextConfig()
+    d = await derive_budget(cfg, token_budget=5_000, provider=Provider(MI))
+    assert (d.source, d.effective_budget) == ("explicit", 5_000)
+    d = await derive_budget(cfg, provider=Provider(MI))
+    assert d.source == "provider_model_info"
+    assert d.derived_budget == 200_000 - 16_000 - 4096 == d.effective_budget
+    assert d.model == "m-1"
+    d = await derive_budget(
+        cfg, provider=Provider(None, {"context_window": 1_048_576, "max_output_tokens": 65_536})
+    )
+    assert d.source == "provider_defaults"
+    assert (d.reserved_output, d.derived_budget) == (32_768, 1_048_576 - 32_768 - 4096)
+    d = await derive_budget(cfg, provider=Provider(None, {}))
+    assert (d.source, d.effective_budget) == ("max_tokens_fallback", 200_000)
+    d = await derive_budget(cfg)
+    assert d.source == "max_tokens_fallback"
+    d = await derive_budget(cfg, provider=Provider(MI, raises=True))  # a broken provider
+    assert d.source == "max_tokens_fallback"
+
+
+async def test_max_tokens_is_a_cap_on_every_path() -> None:
+    cfg = ContextConfig(max_tokens=50_000)
+    for kwargs in ({"token_budget": 80_000}, {"provider": Provider(MI)}, {}):
+        d = await derive_budget(cfg, **kwargs)
+        assert d.effective_budget == 50_000 and d.capped
+    above = ContextConfig(max_tokens=10_000_000)
+    d = await derive_budget(above, provider=Provider(MI))
+    assert d.effective_budget == d.derived_budget and not d.capped
+
+
+async def test_async_and_dict_model_info() -> None:
+    class AsyncProvider:
+        async def get_model_info(self):
+            return {"id": "a", "context_window": 10_000, "max_output_tokens": 2000}
+
+    d = await derive_budget(ContextConfig(), provider=AsyncProvider())
+    assert d.effective_budget == 10_000 - 1000 - 4096
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "100", True])
+async def test_bad_token_budget(bad: object) -> None:
+    ctx = ContextFold(token_counter="heuristic")
+    await ctx.add_message(human("x"))
+    with pytest.raises(ValueError, match="token_budget"):
+        await ctx.get_messages_for_request(token_budget=bad)  # type: ignore[arg-type]
+
+
+async def test_budget_event_payload_only_on_change_and_only_when_delivered() -> None:
+    events: list = []
+    ctx = ContextFold(
+        max_tokens=500_000, token_counter="heuristic", on_event=lambda e, d: events.append((e, d))
+    )
+    await ctx.set_messages([SYSTEM, human("hi")])
+    provider = Provider(None, {"context_window": 1_048_576, "max_output_tokens": 65_536})
+    for _ in range(3):
+        await ctx.get_messages_for_request(provider=provider)
+    budget = [d for e, d in events if e == "context:budget"]
+    assert len(budget) == 1
+    assert {
+        k: budget[0][k]
+        for k in (
+            "source",
+            "context_window",
+            "max_output_tokens",
+            "reserved_output",
+            "derived_budget",
+            "max_tokens",
+            "max_tokens_fallback",
+            "capped",
+            "effective_budget",
+        )
+    } == {
+        "source": "provider_defaults",
+        "context_window": 1_048_576,
+        "max_output_tokens": 65_536,
+        "reserved_output": 32_768,
+        "derived_budget": 1_011_712,
+        "max_tokens": 500_000,
+        "max_tokens_fallback": 200_000,
+        "capped": True,
+        "effective_budget": 500_000,
+    }
+    await ctx.get_messages_for_request(token_budget=400_000)
+    assert [d["source"] for e, d in events if e == "context:budget"] == [
+        "provider_defaults",
+        "explicit",
+    ]
+    # A failed request leaves no budget trace.
+    events.clear()
+    with pytest.raises(Exception, match="protected content"):
+        await ctx.get_messages_for_request(token_budget=3)
+    assert not [e for e, _ in events if e == "context:budget"]
+
+
+async def test_provider_without_window_logs(caplog: pytest.LogCaptureFixture) -> None:
+    d = await derive_budget(ContextConfig(), provider=SimpleNamespace(name="bare"))
+    assert d.source == "max_tokens_fallback"
+    assert "publishes no context window" in caplog.text

@@ -1,0 +1,302 @@
+"""Compaction as an ephemeral, sticky view: trigger, target, ladder order, protection, notice."""
+
+from __future__ import annotations
+
+import pytest
+
+from contextfold import ContextFold, ContextLengthError
+from contextfold.messages import NOTICE_SOURCE
+from support import SYSTEM, agent_run, assert_pairing, human, reply, tool_round
+
+
+def make(**settings) -> tuple[ContextFold, list]:
+    events: list = []
+    settings.setdefault("token_counter", "heuristic")
+    ctx = ContextFold(settings, on_event=lambda e, d: events.append((e, d)))
+    return ctx, events
+
+
+def is_notice(m: dict) -> bool:
+    return (m.get("metadata") or {}).get("source") == NOTICE_SOURCE
+
+
+def real(view: list[dict]) -> list[dict]:
+    return [m for m in view if not is_notice(m)]
+
+
+async def test_under_trigger_the_view_is_the_history() -> None:
+    ctx, events = make()
+    history = agent_run(6)
+    await ctx.set_messages(history)
+    view = await ctx.get_messages_for_request(token_budget=200_000)
+    assert view == history and view is not await ctx.get_messages_for_request(token_budget=200_000)
+    assert ctx.last_report.compacted is False and ctx.last_report.level == 0
+    assert not [e for e, _ in events if e == "context:compaction"]
+
+
+async def test_protection_takes_precedence_over_target() -> None:
+    ctx, _ = make()  # protected_recent=0.30 of ~100 messages of ~700 tokens: above target
+    await ctx.set_messages(agent_run(30))
+    view = await ctx.get_messages_for_request(token_budget=20_000)
+    r = ctx.last_report
+    assert r.compacted and r.target < r.tokens_after <= 20_000
+    history = await ctx.get_messages()
+    recent = history[-30:]
+    assert view[-30:] == recent  # the recent 30% reach the model untouched
+
+
+async def test_trigger_and_target_hysteresis() -> None:
+    ctx, events = make(protected_recent=0.1)
+    await ctx.set_messages(agent_run(30))
+    budget = 20_000
+    view = await ctx.get_messages_for_request(token_budget=budget)
+    r = ctx.last_report
+    usable = budget - 800
+    assert r.trigger == int(0.92 * usable) and r.target == int(0.50 * usable)
+    assert r.compacted and r.tokens_before > r.trigger
+    assert r.tokens_after <= r.target + 800  # the notice rides on its own reserve
+    assert r.tokens_after <= budget
+    [(_, data)] = [(e, d) for e, d in events if e == "context:compaction"]
+    assert set(data) >= {
+        "before_tokens",
+        "after_tokens",
+        "before_messages",
+        "after_messages",
+        "removed",
+        "truncated",
+        "level",
+        "budget",
+        "trigger",
+        "target",
+    }
+    assert data["before_tokens"] == r.tokens_before and data["after_tokens"] == r.tokens_after
+    assert data["budget"] == budget
+    assert_pairing(view)
+
+
+async def test_truncation_is_preferred_over_removal() -> None:
+    ctx, _ = make(protected_recent=0.1)
+    history = agent_run(12, result_chars=6000)
+    await ctx.set_messages(history)
+    # Budget chosen so shortening old results alone is enough.
+    size = ctx.last_report  # no request yet
+    assert size is None
+    await ctx.get_messages_for_request(token_budget=1_000_000)
+    total = ctx.last_report.tokens_after
+    view = await ctx.get_messages_for_request(token_budget=int(total / 0.92 * 0.8) + 800)
+    r = ctx.last_report
+    assert r.compacted and r.applied == ["truncate_tool_results"] and r.level == 1
+    assert len(real(view)) == len(history)  # nothing removed
+    shortened = [
+        m
+        for m in view
+        if isinstance(m.get("content"), str) and "omitted from this view" in m["content"]
+    ]
+    assert shortened and all(m["role"] == "tool" for m in shortened)
+
+
+async def test_removal_keeps_groups_whole_and_protection_intact() -> None:
+    ctx, _ = make()
+    history = agent_run(40, result_chars=3000)
+    await ctx.set_messages(history)
+    view = await ctx.get_messages_for_request(token_budget=12_000)
+    r = ctx.last_report
+    assert "drop_oldest" in r.applied and r.level == 3
+    assert_pairing(view)
+    kept = real(view)
+    assert kept[0] == SYSTEM and kept[1] == history[1]  # system + first human prompt
+    assert kept[-1] == history[-1]
+    # The last five tool results reach the model complete.
+    results = [m for m in history if m["role"] == "tool"][-5:]
+    for m in results:
+        assert m in view
+    # Sticky: the next request reuses the same reduced view, byte for byte.
+    again = await ctx.get_messages_for_request(token_budget=12_000)
+    assert again == view and ctx.last_report.compacted is False
+
+
+async def test_sticky_prefix_grows_without_recompaction() -> None:
+    ctx, _ = make()
+    await ctx.set_messages(agent_run(40, result_chars=3000))
+    first = await ctx.get_messages_for_request(token_budget=12_000)
+    await ctx.add_message(reply("short note"))
+    second = await ctx.get_messages_for_request(token_budget=12_000)
+    assert second[: len(first)] == first and len(second) == len(first) + 1
+    # Growth past the trigger compacts again, from the sticky state (never un-compacts).
+    for n in range(100, 140):
+        for m in tool_round(n, result_chars=3000):
+            await ctx.add_message(m)
+        view = await ctx.get_messages_for_request(token_budget=12_000)
+        assert_pairing(view)
+        assert ctx.last_report.tokens_after <= 12_000
+    assert (await ctx.get_messages())[-1] == m  # history keeps everything
+
+
+async def test_notice_tells_what_was_compacted() -> None:
+    ctx, _ = make()
+    await ctx.set_messages(agent_run(40, result_chars=3000))
+    view = await ctx.get_messages_for_request(token_budget=12_000)
+    [notice] = [m for m in view if is_notice(m)]
+    assert notice["role"] == "user" and notice["metadata"]["compaction_notice"] is True
+    text = notice["content"]
+    assert "removed from this view" in text and "assistant called lookup(topic=" in text
+    assert ctx.counter.count_message(notice) <= 800
+    # Never inside a tool-call group.
+    i = view.index(notice)
+    assert view[i - 1]["role"] != "assistant" or not view[i - 1].get("tool_calls")
+
+    quiet, _ = make(compaction_notice_enabled=False)
+    await quiet.set_messages(agent_run(40, result_chars=3000))
+    assert not [
+        m for m in await quiet.get_messages_for_request(token_budget=12_000) if is_notice(m)
+    ]
+
+
+async def test_protected_floor_over_budget_raises_and_commits_nothing() -> None:
+    ctx, events = make()
+    history = [SYSTEM, human("x" * 40_000), *tool_round(1, result_chars=2000)]
+    await ctx.set_messages(history)
+    with pytest.raises(ContextLengthError) as err:
+        await ctx.get_messages_for_request(token_budget=5_000)
+    assert err.value.budget == 5_000 and err.value.required_tokens > 5_000
+    assert "5,000" in str(err.value) and "protected" in str(err.value)
+    assert not [e for e, _ in events if e in ("context:compaction", "context:report")]
+    assert await ctx.get_messages_for_request(token_budget=200_000) == history
+
+
+async def test_hard_fit_targets_the_budget_itself() -> None:
+    ctx, _events = make()
+    await ctx.set_messages(agent_run(40, result_chars=3000))
+    await ctx.get_messages_for_request(token_budget=60_000)
+    normal = ctx.last_report
+    view = await ctx.get_messages_for_request(token_budget=20_000, hard_fit=True)
+    r = ctx.last_report
+    assert r.hard_fit and r.trigger == r.target == 20_000 - 800
+    assert r.tokens_after <= 20_000
+    # A hard fit stops near the budget instead of going down to target_usage.
+    assert r.tokens_after > 0.5 * (20_000 - 800)
+    assert normal.tokens_after >= r.tokens_after
+    assert_pairing(view)
+
+
+async def test_disabled_compaction_returns_everything() -> None:
+    ctx, _events = make(compaction_enabled=False)
+    history = agent_run(40, result_chars=3000)
+    await ctx.set_messages(history)
+    assert await ctx.get_messages_for_request(token_budget=5_000) == history
+    assert ctx.last_report.tokens_after > 5_000 and not ctx.last_report.compacted
+
+
+async def test_signed_thinking_is_never_edited_and_current_turn_kept() -> None:
+    ctx, _ = make(protected_recent=0.0, protected_tool_results=0)
+    thinking = {"type": "thinking", "thinking": "plan " * 800, "signature": "c2lnbmVk"}
+    messages = [SYSTEM, human("old task")]
+    for n in range(10):
+        messages.append(
+            {
+                "role": "assistant",
+                "content": [
+                    dict(thinking),
+                    {"type": "tool_use", "id": f"t{n}", "name": "lookup", "input": {}},
+                ],
+            }
+        )
+        messages.append(
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": f"t{n}", "content": "r" * 3000}],
+            }
+        )
+    messages.append(human("new task"))
+    for n in range(10, 13):
+        messages.append(
+            {
+                "role": "assistant",
+                "content": [
+                    dict(thinking),
+                    {"type": "tool_use", "id": f"t{n}", "name": "lookup", "input": {}},
+                ],
+            }
+        )
+        messages.append(
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": f"t{n}", "content": "r" * 3000}],
+            }
+        )
+    await ctx.set_messages(messages)
+    view = await ctx.get_messages_for_request(token_budget=12_000)
+    assert_pairing(view)
+    for m in view:
+        if m["role"] == "assistant":
+            assert m["content"][0] == thinking  # byte-identical when present
+    # Every assistant turn after the last human prompt is still there, verbatim, with its result.
+    tail = messages[messages.index(human("new task")) :]
+    for m in tail:
+        if m["role"] == "assistant":
+            assert m in view
+    answered = {
+        b["tool_use_id"]
+        for m in view
+        if m["role"] == "user" and isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_result"
+    }
+    assert {"t10", "t11", "t12"} <= answered
+
+
+async def test_loaded_tool_state_and_reminders_are_kept() -> None:
+    ctx, _ = make(protected_recent=0.0, protected_tool_results=0)
+    state = {
+        "role": "user",
+        "content": "Loaded tools: lookup, grep",
+        "metadata": {"source": "hook", "loaded_tools": ["lookup", "grep"]},
+    }
+    reminder_body = "<system-reminder>Keep answers short.</system-reminder>"
+    reminder = {
+        "role": "user",
+        "content": reminder_body,
+        "metadata": {"ephemeral": True, "persisted": True, "source": "hook"},
+    }
+    messages = [SYSTEM, human("task"), state, reminder]
+    for n in range(30):
+        messages.extend(tool_round(n, result_chars=3000))
+    await ctx.set_messages(messages)
+    view = await ctx.get_messages_for_request(token_budget=10_000)
+    assert state in view and reminder not in view  # the reminder is not pinned by default
+    view = await ctx.get_messages_for_request(
+        token_budget=10_000, required_reminders=[reminder_body]
+    )
+    assert state in view and reminder in view  # restored into the sticky view
+    assert_pairing(view)
+    with pytest.raises(ContextLengthError, match="never admitted"):
+        await ctx.get_messages_for_request(token_budget=10_000, required_reminders=["<other/>"])
+
+
+async def test_anthropic_view_is_valid_for_the_sdk() -> None:
+    from anthropic.types import MessageParam
+    from pydantic import TypeAdapter
+
+    from contextfold import strip_metadata
+
+    ctx, _ = make()
+    history = agent_run(30, result_chars=3000, shape="anthropic")
+    await ctx.set_messages(history)
+    view = await ctx.get_messages_for_request(token_budget=10_000)
+    assert ctx.last_report.compacted
+    assert_pairing(view)
+    body = [m for m in strip_metadata(view) if m["role"] != "system"]
+    TypeAdapter(list[MessageParam]).validate_python(body)
+
+
+async def test_openai_view_is_valid_for_the_sdk() -> None:
+    from openai.types.chat import ChatCompletionMessageParam
+    from pydantic import TypeAdapter
+
+    from contextfold import strip_metadata
+
+    ctx, _ = make()
+    await ctx.set_messages(agent_run(30, result_chars=3000, shape="openai"))
+    view = await ctx.get_messages_for_request(token_budget=10_000)
+    assert ctx.last_report.compacted
+    TypeAdapter(list[ChatCompletionMessageParam]).validate_python(strip_metadata(view))

@@ -1,0 +1,131 @@
+"""The tool-result ingress cap, exactly as the contract states it."""
+
+from __future__ import annotations
+
+import pytest
+
+from contextfold import ContextFold
+from contextfold.ingress import MARKER_TEMPLATE, cap_tool_result, clip_text
+from support import SYSTEM, human
+
+LIMIT = 4096
+
+
+def call(cid: str = "c1") -> dict:
+    return {"role": "assistant", "content": "", "tool_calls": [{"id": cid, "tool": "read"}]}
+
+
+async def admit(result: dict, limit: int = LIMIT) -> tuple[ContextFold, list]:
+    events: list = []
+    ctx = ContextFold(
+        max_tool_result_bytes=limit,
+        token_counter="heuristic",
+        on_event=lambda e, d: events.append((e, d)),
+    )
+    for m in (SYSTEM, human("read it"), call()):
+        await ctx.add_message(m)
+    await ctx.add_message(result)
+    return ctx, events
+
+
+async def test_default_is_128_kib_and_under_cap_is_untouched() -> None:
+    ctx = ContextFold()
+    assert ctx.config.max_tool_result_bytes == 131_072
+    text = "é" * 60_000  # 120,000 bytes: under the default cap
+    ctx2, events = await admit({"role": "tool", "tool_call_id": "c1", "content": text}, 131_072)
+    assert (await ctx2.get_messages())[-1]["content"] == text
+    assert events == []
+
+
+async def test_oversized_text_keeps_utf8_prefix_and_one_marker() -> None:
+    text = "日本語テキスト" * 2000  # 3 bytes per char: split points fall inside characters
+    ctx, events = await admit({"role": "tool", "tool_call_id": "c1", "content": text})
+    stored = (await ctx.get_messages())[-1]["content"]
+    encoded = stored.encode("utf-8")
+    assert len(encoded) <= LIMIT
+    assert stored.count("[contextfold: tool output truncated at ingress") == 1
+    prefix = stored.split("\n\n[contextfold:")[0]
+    assert text.startswith(prefix) and len(prefix) > 1000
+    assert f"of {len(text.encode()):,} bytes" in stored
+    [(name, data)] = events
+    assert name == "context:tool_result_ingress_truncated"
+    assert data == {
+        "tool_call_id": "c1",
+        "original_bytes": len(text.encode()),
+        "kept_bytes": len(prefix.encode()),
+        "limit": LIMIT,
+    }
+
+
+async def test_json_output_is_capped_as_its_json_text() -> None:
+    output = {"rows": ["x" * 100] * 100}
+    ctx, _events = await admit({"role": "tool", "tool_call_id": "c1", "content": output})
+    stored = (await ctx.get_messages())[-1]["content"]
+    assert isinstance(stored, str) and len(stored.encode()) <= LIMIT
+    assert stored.startswith('{"rows":["xxx')
+    small = {"ok": True}
+    ctx2, events2 = await admit({"role": "tool", "tool_call_id": "c1", "content": small})
+    assert (await ctx2.get_messages())[-1]["content"] == small and events2 == []
+
+
+async def test_only_direct_text_blocks_are_capped() -> None:
+    image = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": "A" * 50_000},
+    }
+    blocks = [
+        {"type": "text", "text": "a" * 3000},
+        image,
+        {"type": "text", "text": "b" * 3000},
+        {"type": "text", "text": "c" * 3000},
+    ]
+    ctx, events = await admit({"role": "tool", "tool_call_id": "c1", "content": blocks})
+    stored = (await ctx.get_messages())[-1]["content"]
+    assert image in stored  # not read, not sliced
+    texts = [b["text"] for b in stored if b["type"] == "text"]
+    assert sum(len(t.encode()) for t in texts) <= LIMIT
+    assert sum(t.count("[contextfold: tool output truncated") for t in texts) == 1
+    assert texts[0] == "a" * 3000
+    assert events[0][1]["original_bytes"] == 9000
+
+
+async def test_anthropic_tool_result_blocks_are_capped() -> None:
+    ctx = ContextFold(max_tool_result_bytes=LIMIT, token_counter="heuristic")
+    await ctx.add_message(human("go"))
+    await ctx.add_message(
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "tu1", "name": "read", "input": {}}],
+        }
+    )
+    await ctx.add_message(
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "tu1", "content": "z" * 10_000}],
+        }
+    )
+    block = (await ctx.get_messages())[-1]["content"][0]
+    assert block["tool_use_id"] == "tu1" and len(block["content"].encode()) <= LIMIT
+
+
+def test_lone_surrogates() -> None:
+    under = "ok \ud800 fine"
+    assert clip_text(under, LIMIT) is None  # under cap: unchanged, even ill-formed
+    over = "x\udfff" * 3000
+    clipped, original, kept = clip_text(over, LIMIT)  # type: ignore[misc]
+    clipped.encode("utf-8")  # valid UTF-8: would raise on a surrogate
+    assert original == 6000 and kept <= LIMIT
+    assert "\udfff" not in clipped
+
+
+def test_non_tool_messages_are_never_capped() -> None:
+    big = {"role": "user", "content": "q" * 200_000}
+    capped, clips = cap_tool_result(big, LIMIT)
+    assert capped == big and clips == []
+
+
+@pytest.mark.parametrize("limit", [1024, 1500, 4096, 131_072])
+def test_marker_always_fits(limit: int) -> None:
+    clipped, original, kept = clip_text("€" * limit, limit)  # type: ignore[misc]
+    assert len(clipped.encode()) <= limit
+    assert MARKER_TEMPLATE.format(kept=kept, original=original, limit=limit) in clipped
