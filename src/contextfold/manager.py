@@ -232,7 +232,7 @@ class ContextFold:
                 self._state,
                 counter=self.counter,
                 target_raw=max(0, math.floor((target - overhead) / ratio)),
-                limit_raw=max(0, math.floor((usable - overhead) / ratio)),
+                limit_raw=max(0, math.floor((trigger - overhead) / ratio)),
                 protected_recent=cfg.protected_recent,
                 protected_tool_results=cfg.protected_tool_results,
                 truncate_chars=cfg.truncate_chars,
@@ -256,7 +256,14 @@ class ContextFold:
                     budget=decision.effective_budget,
                     model=model,
                 )
-            self._commit(result)
+            if (
+                result.changed
+                or result.state.removed_units != self._state.removed_units
+                or result.state.truncated.keys() != self._state.truncated.keys()
+            ):
+                self._commit(result)
+            else:
+                result = None  # the floor is already reached: nothing new to commit or report
             after_estimate = math.ceil((self._view_raw + self._notice_cost) * ratio)
         else:
             after_estimate = estimate

@@ -1,0 +1,199 @@
+"""The ``contextfold`` command: ``demo`` and ``replay``.
+
+Exit status: 0 on success; 1 when a conversation cannot fit the window even fully compacted
+(``ContextLengthError``: its protected content alone is too big); 2 for bad input or usage (a
+file that cannot be read or has the wrong shape, a bad option or config value). Problems with
+input are reported as one line on stderr naming the file and the place, never a traceback.
+
+The subcommands' modules (and through them amplifier-core, rich and matplotlib) are imported
+only when a subcommand runs, so ``contextfold --help`` answers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+
+EXIT_OK = 0
+EXIT_DOES_NOT_FIT = 1
+EXIT_BAD_INPUT = 2
+
+_DESCRIPTION = """\
+contextfold keeps an agent's whole conversation and, before every model call, hands the
+provider a fitted view inside an honest token budget. Try 'contextfold demo'."""
+
+_EPILOG = """\
+exit status: 0 success; 1 the conversation cannot fit the window even fully compacted;
+2 bad input (unreadable or malformed file, bad option or config value).
+Run 'contextfold COMMAND --help' for a command's options."""
+
+_DEMO_EPILOG = """\
+Both runs are whole AmplifierSessions (orchestrator loop-fold, context context-fold, the
+offline provider-scripted model and the tool-doc-lookup tool); nothing touches the network.
+The folder named at the end holds requests.png (request size per step against the window and
+the compaction trigger) and demo.json (every number, plus both mount plans)."""
+
+_REPLAY_EPILOG = """\
+formats (detected from the content unless --format is given):
+  json       a JSON list of chat messages (OpenAI/Amplifier shape), or {"messages": [...]}
+  anthropic  an Anthropic Messages request body {"system": ..., "messages": [...]}
+  jsonl      one message per line (Amplifier's transcript.jsonl); a line may wrap the
+             message as {"message": {...}}
+
+config: --config FILE reads TOML or YAML, flat or under a [config] table; --set KEY=VALUE
+(repeatable, applied after the file) takes JSON/TOML scalars: 0.8, true, null, "text".
+Keys: max_tokens, compact_threshold, target_usage, protected_recent, protected_tool_results,
+truncate_chars, compaction_enabled, ... (see the README's configuration table).
+
+example:
+  contextfold replay examples/agent-session.json --window 16000 --set compact_threshold=0.8"""
+
+
+def _version() -> str:
+    try:
+        return version("contextfold")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "0.0.0"
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text.replace("_", "").replace(",", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="contextfold",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"contextfold {_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+
+    demo = commands.add_parser(
+        "demo",
+        help="run a long agent task offline without compaction and with context-fold",
+        description=(
+            "Run a long tool-using agent task in a deliberately small window twice, without\n"
+            "compaction and with context-fold, and print the two runs side by side."
+        ),
+        epilog=_DEMO_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    demo.add_argument(
+        "--window",
+        type=_positive_int,
+        default=16_000,
+        metavar="TOKENS",
+        help="the model's context window in tokens (default 16000; at least 6000)",
+    )
+    demo.add_argument(
+        "--steps",
+        type=_positive_int,
+        default=40,
+        metavar="N",
+        help="tool-using steps before the final answer (default 40)",
+    )
+    demo.add_argument(
+        "--result-chars",
+        type=_positive_int,
+        default=6_000,
+        metavar="CHARS",
+        help="characters each lookup result returns (default 6000; at least 200)",
+    )
+    _add_output_options(demo, "demo-<timestamp>")
+    demo.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress bar (the table is still printed)"
+    )
+
+    replay = commands.add_parser(
+        "replay",
+        help="show what context-fold sends at every request of a recorded conversation",
+        description=(
+            "Replay a recorded conversation one message at a time, asking context-fold for a\n"
+            "view before every assistant message and once at the end, as an orchestrator would.\n"
+            "Each request is reported: tokens before and after, the compaction level, what was\n"
+            "applied, and how much repeats the previous request (what a prompt cache reuses)."
+        ),
+        epilog=_REPLAY_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    replay.add_argument("file", metavar="FILE", help="the conversation (JSON, Anthropic, JSONL)")
+    replay.add_argument(
+        "--format",
+        choices=("auto", "json", "anthropic", "jsonl"),
+        default="auto",
+        help="the file's format (default: detect from the content)",
+    )
+    replay.add_argument(
+        "--window",
+        type=_positive_int,
+        metavar="TOKENS",
+        help="the model's context window in tokens (default: none; the budget then comes from "
+        "max_tokens, else max_tokens_fallback=200000)",
+    )
+    replay.add_argument(
+        "--max-output-tokens",
+        type=_positive_int,
+        default=4096,
+        metavar="TOKENS",
+        help="the model's output reserve, with --window (default 4096)",
+    )
+    replay.add_argument(
+        "--config",
+        metavar="FILE",
+        help="module config as TOML or YAML (flat, or under a [config] table)",
+    )
+    replay.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="overrides",
+        help="set one config key (repeatable; applied after --config)",
+    )
+    _add_output_options(replay, "replay-<file>-<timestamp>")
+    replay.add_argument(
+        "-q", "--quiet", action="store_true", help="print the totals only, not every request"
+    )
+    return parser
+
+
+def _add_output_options(parser: argparse.ArgumentParser, folder: str) -> None:
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help=f"folder for the chart and JSON (default ./contextfold-out/{folder}/)",
+    )
+    parser.add_argument("--no-chart", action="store_true", help="do not draw the PNG chart")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (the console script exits with it)."""
+    parser = build_parser()
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_BAD_INPUT
+    try:
+        if args.command == "demo":
+            from contextfold.cli.commands import run_demo_command
+
+            return run_demo_command(args)
+        from contextfold.cli.commands import run_replay_command
+
+        return run_replay_command(args)
+    except KeyboardInterrupt:
+        print("contextfold: interrupted", file=sys.stderr)
+        return 130
+
+
+__all__ = ["EXIT_BAD_INPUT", "EXIT_DOES_NOT_FIT", "EXIT_OK", "build_parser", "main"]

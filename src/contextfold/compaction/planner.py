@@ -58,9 +58,10 @@ def run_pass(
 ) -> PassResult:
     """Compact a copy of ``sticky`` down to ``target_raw`` raw tokens, protection permitting.
 
-    ``limit_raw`` is the hard limit (the budget in raw tokens, notice reserve excluded);
-    protection may leave the view above target but the pass keeps going while it is
-    above this limit and can still shrink the view.
+    ``limit_raw`` is the trigger in raw tokens: protection may leave the view above target,
+    but a view left above the trigger would compact again on the very next request and
+    lose its stable prefix, so the pass goes on to the protection rule's fixed point
+    while it is above this limit and can still shrink.
     """
     if limit_raw is None:
         limit_raw = target_raw
@@ -100,7 +101,7 @@ def run_pass(
                 level = max(level, position)
         # The recent window is a fraction of the view, so once the view has shrunk the same
         # rule protects fewer messages: what consecutive requests would reach one pass at a
-        # time. Go on to that fixed point only while the view is still over the hard limit.
+        # time. Go on to that fixed point while the view is still over the limit.
         # Each round shrinks the view geometrically, so the rounds are O(log n).
         if work.raw_total <= limit_raw or len(state.removed_units) == removed_before:
             break

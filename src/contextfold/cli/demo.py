@@ -1,0 +1,303 @@
+"""The demo: one long agent task in a small window, run twice in the real Amplifier kernel.
+
+Both runs are whole ``AmplifierSession``\\ s built from a mount plan: the ``loop-fold``
+orchestrator, the ``context-fold`` context module, the offline ``provider-scripted`` model and
+the ``tool-doc-lookup`` tool. They differ in two switches only:
+
+- *without compaction*: ``compaction_enabled: false`` and a provider that serves requests over
+  its window (``enforce_window: false``) so the size they would have had can be measured;
+- *with context-fold*: default settings and a provider that refuses an oversized request
+  exactly like a real one does.
+
+Everything reported is measured, not predicted: request sizes, prompt-cache reads and overflow
+come from the provider's own records, compactions from the ``context:compaction`` events, the
+history from ``context.get_messages()`` after the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from amplifier_core import AmplifierSession
+from amplifier_core.llm_errors import ContextLengthError
+from amplifier_core.models import HookResult
+
+from contextfold.events import COMPACTION, REPORT
+
+DEFAULT_WINDOW = 16_000
+DEFAULT_STEPS = 40
+DEFAULT_RESULT_CHARS = 6_000
+# A small reply reserve keeps most of a small window for input, as a real 16k model would.
+DEFAULT_MAX_OUTPUT_TOKENS = 1_024
+MIN_STEPS = 1
+
+TASK = (
+    "Research the topics 'topic 1' to 'topic {steps}' with the lookup tool, one lookup per "
+    "topic, then say you are done."
+)
+FINAL_TEXT = "Done: I looked up all {steps} topics."
+SYSTEM_PROMPT = (
+    "You are a careful research assistant. Use the lookup tool for every topic you are asked "
+    "about and keep notes short."
+)
+
+
+class DemoDoesNotFit(Exception):
+    """A run stopped because its protected content cannot fit the window, even compacted."""
+
+
+# The kernel re-raises an orchestrator's exception as a RuntimeError carrying only
+# "Execution failed: <type>: <message>", so the type has to be recognised by name.
+_DOES_NOT_FIT = ("ContextLengthError", "WindowExceededError")
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    """What the demo runs: a task of ``steps`` lookups in a ``window``-token model."""
+
+    window: int = DEFAULT_WINDOW
+    steps: int = DEFAULT_STEPS
+    result_chars: int = DEFAULT_RESULT_CHARS
+    max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
+
+
+@dataclass(frozen=True)
+class RequestPoint:
+    """One provider request of a run, as the provider measured it."""
+
+    request: int  # 1-based
+    tokens: int  # full request size (gross input + cache writes)
+    cache_read_tokens: int
+    messages: int
+    overflowed: bool  # over the provider's input limit
+    rejected: bool  # refused by the provider (only when it enforces its window)
+    compacted: bool  # context-fold compacted the view it handed to this request
+
+
+@dataclass
+class RunSummary:
+    """One session of the demo, measured."""
+
+    label: str
+    managed: bool
+    input_limit: int  # the provider's usable input: window minus the output reserve
+    points: list[RequestPoint]
+    compactions: int
+    levels_used: list[int]
+    rungs_used: list[str]
+    budget: int | None  # context-fold's effective budget (its own estimate tokens)
+    trigger: int | None  # where context-fold starts compacting (same units)
+    history_messages: int
+    expected_messages: int
+    final_text: str
+    completed: bool  # the scripted task reached its final answer
+
+    @property
+    def requests(self) -> int:
+        return len(self.points)
+
+    @property
+    def largest_request(self) -> int:
+        return max((p.tokens for p in self.points), default=0)
+
+    @property
+    def tokens_sent(self) -> int:
+        return sum(p.tokens for p in self.points if not p.rejected)
+
+    @property
+    def cache_share(self) -> float:
+        sent = self.tokens_sent
+        reads = sum(p.cache_read_tokens for p in self.points if not p.rejected)
+        return reads / sent if sent else 0.0
+
+    @property
+    def history_kept(self) -> bool:
+        return self.history_messages == self.expected_messages
+
+    @property
+    def overflowed(self) -> bool:
+        return any(p.overflowed for p in self.points)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {
+            "requests": self.requests,
+            "largest_request": self.largest_request,
+            "tokens_sent": self.tokens_sent,
+            "cache_share": round(self.cache_share, 4),
+            "history_kept": self.history_kept,
+            "overflowed": self.overflowed,
+        }
+
+
+@dataclass
+class DemoResult:
+    """Both runs of the demo and the settings they ran with."""
+
+    settings: DemoSettings
+    unmanaged: RunSummary
+    managed: RunSummary
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "settings": asdict(self.settings),
+            "runs": {"unmanaged": self.unmanaged.to_dict(), "managed": self.managed.to_dict()},
+        }
+
+
+def mount_plan(settings: DemoSettings, *, managed: bool) -> dict[str, Any]:
+    """The Amplifier mount plan of one run (also written to the output folder)."""
+    return {
+        "session": {"orchestrator": "loop-fold", "context": "context-fold"},
+        "orchestrator": {
+            # One request per lookup plus the final answer, with room to spare: the cap only
+            # guards against a runaway loop.
+            "config": {"system_prompt": SYSTEM_PROMPT, "max_iterations": settings.steps + 10}
+        },
+        "context": {"config": {} if managed else {"compaction_enabled": False}},
+        "providers": [
+            {
+                "module": "provider-scripted",
+                "config": {
+                    "script": {
+                        "steps": settings.steps,
+                        "tool": "lookup",
+                        "argument": "topic",
+                        "final_text": FINAL_TEXT.format(steps=settings.steps),
+                    },
+                    "context_window": settings.window,
+                    "max_output_tokens": settings.max_output_tokens,
+                    "enforce_window": managed,
+                },
+            }
+        ],
+        "tools": [{"module": "tool-doc-lookup", "config": {"result_chars": settings.result_chars}}],
+    }
+
+
+async def run_session(
+    settings: DemoSettings,
+    *,
+    managed: bool,
+    on_request: Callable[[], None] | None = None,
+) -> RunSummary:
+    """Run one session of the demo and measure it. ``on_request`` fires per model request."""
+    session = AmplifierSession(mount_plan(settings, managed=managed))
+    compactions: list[dict[str, Any]] = []
+    reports: list[dict[str, Any]] = []
+    tool_results = 0
+    user_messages = 0
+
+    async def on_compaction(_event: str, data: dict[str, Any]) -> HookResult:
+        compactions.append(dict(data))
+        return HookResult()
+
+    async def on_report(_event: str, data: dict[str, Any]) -> HookResult:
+        reports.append(dict(data))
+        return HookResult()
+
+    async def on_tool_post(_event: str, _data: dict[str, Any]) -> HookResult:
+        nonlocal tool_results
+        tool_results += 1
+        return HookResult()
+
+    async def on_prompt(_event: str, _data: dict[str, Any]) -> HookResult:
+        nonlocal user_messages
+        user_messages += 1
+        return HookResult()
+
+    async def on_provider_request(_event: str, _data: dict[str, Any]) -> HookResult:
+        if on_request is not None:
+            on_request()
+        return HookResult()
+
+    try:
+        await session.initialize()
+        provider = _mounted(session, "providers", "scripted")
+        _mounted(session, "tools", "lookup")
+        hooks = session.coordinator.hooks
+        hooks.register(COMPACTION, on_compaction, name="contextfold-demo-compaction")
+        hooks.register(REPORT, on_report, name="contextfold-demo-report")
+        hooks.register("tool:post", on_tool_post, name="contextfold-demo-tools")
+        hooks.register("prompt:submit", on_prompt, name="contextfold-demo-prompt")
+        hooks.register("llm:request", on_provider_request, name="contextfold-demo-progress")
+
+        try:
+            final_text = await session.execute(TASK.format(steps=settings.steps))
+        except (ContextLengthError, RuntimeError) as error:
+            if isinstance(error, ContextLengthError) or any(
+                f"{name}:" in str(error) for name in _DOES_NOT_FIT
+            ):
+                text = str(error).removeprefix("Execution failed: ")
+                raise DemoDoesNotFit(text) from error
+            raise
+        context = session.coordinator.get("context")
+        history = await context.get_messages()
+    finally:
+        await session.cleanup()
+
+    # Compaction state is sticky: a report after the first compaction shows the folded view
+    # as it stands, so "compacted" marks the requests where a pass actually ran.
+    compacted_flags = [bool(r.get("compacted")) for r in reports]
+    records = provider.records
+    served = [r for r in records if not r.rejected]
+    points = [
+        RequestPoint(
+            request=i + 1,
+            tokens=record.request_tokens,
+            cache_read_tokens=record.cache_read_tokens,
+            messages=record.message_count,
+            overflowed=record.overflowed,
+            rejected=record.rejected,
+            compacted=compacted_flags[i] if i < len(compacted_flags) else False,
+        )
+        for i, record in enumerate(records)
+    ]
+    # Every message the session produced: the system prompt, each user prompt, one assistant
+    # message per served request, one tool message per tool run.
+    expected = 1 + user_messages + len(served) + tool_results
+    last = reports[-1] if reports else {}
+    return RunSummary(
+        label="with context-fold" if managed else "without compaction",
+        managed=managed,
+        input_limit=provider.config.window,
+        points=points,
+        compactions=len(compactions),
+        levels_used=sorted({int(c.get("level", 0)) for c in compactions} - {0}),
+        rungs_used=sorted({str(rung) for c in compactions for rung in c.get("applied", [])}),
+        budget=last.get("budget"),
+        trigger=last.get("trigger"),
+        history_messages=len(history),
+        expected_messages=expected,
+        final_text=final_text,
+        completed=final_text == FINAL_TEXT.format(steps=settings.steps),
+    )
+
+
+def _mounted(session: AmplifierSession, mount_point: str, name: str) -> Any:
+    """The named module, or a clear error: the kernel only logs a module that failed to load."""
+    modules = session.coordinator.get(mount_point) or {}
+    if name not in modules:
+        raise RuntimeError(
+            f"the {mount_point} module {name!r} did not mount (see the log above); "
+            "is contextfold installed (uv sync)?"
+        )
+    return modules[name]
+
+
+async def run_demo(
+    settings: DemoSettings, *, on_request: Callable[[str], None] | None = None
+) -> DemoResult:
+    """Run the task without compaction, then with context-fold. ``on_request(label)`` per
+    model request, for progress bars."""
+
+    def progress(label: str) -> Callable[[], None] | None:
+        if on_request is None:
+            return None
+        return lambda: on_request(label)
+
+    unmanaged = await run_session(settings, managed=False, on_request=progress("unmanaged"))
+    managed = await run_session(settings, managed=True, on_request=progress("managed"))
+    return DemoResult(settings=settings, unmanaged=unmanaged, managed=managed)

@@ -1,0 +1,219 @@
+"""Read recorded conversations from disk into a list of chat messages.
+
+Three shapes are accepted, detected by content (the extension is only a tie-breaker):
+
+- ``json``: a JSON list of chat messages (OpenAI/Amplifier shape), or an OpenAI-style request
+  body ``{"messages": [...], ...}``;
+- ``anthropic``: an Anthropic Messages request body ``{"system": ..., "messages": [...]}``; the
+  system prompt becomes a leading system message, content blocks pass through untouched;
+- ``jsonl``: one message per line (the transcript format Amplifier writes), where a line may
+  also wrap the message as ``{"message": {...}}``.
+
+Every problem is raised as :class:`InputError`, which names the file, the place (line number or
+message index) and what is wrong, so the CLI can print one line instead of a traceback.
+This module checks the file's shape only. Checking the messages (fields, roles, tool results
+that answer no call) is the context manager's job, done once by ``ContextFold.add_message``;
+``places`` lets the caller name the line or index of a message it refuses.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+FORMATS = ("auto", "json", "anthropic", "jsonl")
+
+# Block types that only exist in Anthropic's message shape: their presence picks the format.
+_ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
+
+
+class InputError(Exception):
+    """A file (or option) the CLI cannot use. ``str()`` is the one line shown to the user."""
+
+    def __init__(self, source: str, problem: str, place: str | None = None) -> None:
+        self.source = source
+        self.place = place
+        self.problem = problem
+        where = f"{source}, {place}" if place else source
+        super().__init__(f"{where}: {problem}")
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """Messages read from a file, with where each one came from (for error messages)."""
+
+    source: str
+    format: str
+    messages: list[dict[str, Any]]
+    places: list[str]
+
+
+def read_conversation(path: str | Path, fmt: str = "auto") -> Conversation:
+    """Read ``path`` as ``fmt`` (or detect it); messages are checked later, on admission."""
+    if fmt not in FORMATS:
+        raise InputError(str(path), f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    path = Path(path)
+    source = str(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(source, "no such file") from None
+    except IsADirectoryError:
+        raise InputError(source, "is a directory, not a conversation file") from None
+    except OSError as exc:
+        raise InputError(source, f"cannot read the file ({exc.strerror})") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(source, f"not UTF-8 text (bad byte at offset {exc.start})") from None
+    if not text.strip():
+        raise InputError(source, "the file is empty; expected a conversation (JSON or JSONL)")
+
+    if fmt == "auto":
+        fmt = _detect(text, path)
+    if fmt == "jsonl":
+        messages, places = _from_jsonl(text, source)
+    else:
+        document = _parse_json(text, source)
+        if fmt == "anthropic":
+            messages, places = _from_anthropic(document, source)
+        else:
+            messages, places = _from_json(document, source)
+    if not messages:
+        raise InputError(source, "the conversation holds no messages")
+    return Conversation(source=source, format=fmt, messages=messages, places=places)
+
+
+def _detect(text: str, path: Path) -> str:
+    """Pick a format from the content: a whole JSON document, else one JSON value per line."""
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError:
+        first = next(line for line in text.splitlines() if line.strip())
+        # A first line that parses on its own means JSON Lines; otherwise report it as JSON
+        # (or JSONL when the extension says so) so the error points at the right place.
+        try:
+            json.loads(first)
+        except json.JSONDecodeError:
+            return "jsonl" if path.suffix.lower() in {".jsonl", ".ndjson"} else "json"
+        return "jsonl"
+    if isinstance(document, dict) and isinstance(document.get("messages"), list):
+        return "anthropic" if _looks_anthropic(document) else "json"
+    if isinstance(document, dict) and ("role" in document or "message" in document):
+        return "jsonl"  # a one-line transcript
+    return "json"
+
+
+def _looks_anthropic(document: Mapping[str, Any]) -> bool:
+    if "system" in document:
+        return True
+    for message in document["messages"]:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list) and any(
+            isinstance(block, dict) and block.get("type") in _ANTHROPIC_BLOCKS for block in content
+        ):
+            return True
+    return False
+
+
+def _parse_json(text: str, source: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            source, f"not valid JSON: {exc.msg} (column {exc.colno})", f"line {exc.lineno}"
+        ) from None
+
+
+def _from_json(document: Any, source: str) -> tuple[list[dict[str, Any]], list[str]]:
+    if isinstance(document, dict) and isinstance(document.get("messages"), list):
+        items = document["messages"]
+    elif isinstance(document, list):
+        items = document
+    else:
+        raise InputError(
+            source,
+            f"expected a JSON list of chat messages or an object with a 'messages' list, "
+            f"found {_kind(document)}",
+        )
+    places = [f"message {index}" for index in range(len(items))]
+    return _require_objects(items, places, source), places
+
+
+def _from_anthropic(document: Any, source: str) -> tuple[list[dict[str, Any]], list[str]]:
+    if not isinstance(document, dict) or not isinstance(document.get("messages"), list):
+        raise InputError(
+            source,
+            "expected an Anthropic Messages request body: an object with a 'messages' list "
+            f"(and optionally 'system'), found {_kind(document)}",
+        )
+    items: list[Any] = []
+    places: list[str] = []
+    system = document.get("system")
+    if system is not None:
+        if not isinstance(system, str | list):
+            raise InputError(
+                source, f"'system' must be a string or a list of blocks, not {_kind(system)}"
+            )
+        if system:  # an empty system prompt is the same as none
+            items.append({"role": "system", "content": system})
+            places.append("system")
+    items.extend(document["messages"])
+    places.extend(f"message {index}" for index in range(len(document["messages"])))
+    return _require_objects(items, places, source), places
+
+
+def _from_jsonl(text: str, source: str) -> tuple[list[dict[str, Any]], list[str]]:
+    messages: list[dict[str, Any]] = []
+    places: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        place = f"line {number}"
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(
+                source, f"not valid JSON: {exc.msg} (column {exc.colno})", place
+            ) from None
+        # Transcript writers often wrap each message with bookkeeping: {"message": {...}, ...}.
+        if (
+            isinstance(value, dict)
+            and "role" not in value
+            and isinstance(value.get("message"), dict)
+        ):
+            value = value["message"]
+        if not isinstance(value, dict) or "role" not in value:
+            raise InputError(
+                source,
+                "expected one chat message per line (an object with 'role', or one wrapping it "
+                f"under 'message'), found {_kind(value)}",
+                place,
+            )
+        messages.append(value)
+        places.append(place)
+    return messages, places
+
+
+def _require_objects(items: list[Any], places: list[str], source: str) -> list[dict[str, Any]]:
+    for item, place in zip(items, places, strict=True):
+        if not isinstance(item, dict):
+            raise InputError(source, f"expected a chat message object, found {_kind(item)}", place)
+    return items
+
+
+def _kind(value: Any) -> str:
+    """Name a JSON value's type the way a user who wrote the file would."""
+    if value is None:
+        return "null"
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+    }.get(type(value), type(value).__name__)

@@ -1,0 +1,187 @@
+"""What the commands print and write: rich tables, the JSON record and the output folder."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich import box
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from contextfold.cli.demo import DemoResult, RunSummary
+    from contextfold.cli.replay import ReplayResult
+
+DEFAULT_OUT_ROOT = Path("contextfold-out")
+
+
+def output_folder(out: str | Path | None, prefix: str) -> Path:
+    """``out`` as given, else a fresh ``contextfold-out/<prefix>-<timestamp>`` folder."""
+    if out is not None:
+        folder = Path(out)
+    else:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        folder = DEFAULT_OUT_ROOT / f"{prefix}-{stamp}"
+        # Two runs within one second must not overwrite each other.
+        serial = 2
+        while folder.exists():
+            folder = DEFAULT_OUT_ROOT / f"{prefix}-{stamp}-{serial}"
+            serial += 1
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def write_json(path: Path, data: Mapping[str, Any]) -> Path:
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
+# -- demo ------------------------------------------------------------------------------------
+
+
+def demo_table(result: DemoResult) -> Table:
+    """Both runs side by side: the handful of numbers that tell the story."""
+    settings = result.settings
+    unmanaged, managed = result.unmanaged, result.managed
+    limit = managed.input_limit
+    table = Table(
+        title=(
+            f"{settings.steps} tool-using steps in a {settings.window:,}-token window "
+            f"(input limit {limit:,})"
+        ),
+        box=box.SIMPLE_HEAD,
+        title_justify="left",
+    )
+    table.add_column("", style="bold")
+    table.add_column(unmanaged.label, justify="right")
+    table.add_column(managed.label, justify="right")
+    rows = [
+        ("largest request", _largest(unmanaged), _largest(managed)),
+        ("requests made", str(unmanaged.requests), str(managed.requests)),
+        ("compactions (levels)", _compactions(unmanaged), _compactions(managed)),
+        (
+            "tokens sent in total",
+            f"{unmanaged.tokens_sent:,}",
+            f"{managed.tokens_sent:,} ({_change(managed.tokens_sent, unmanaged.tokens_sent)})",
+        ),
+        ("input served from cache", _percent(unmanaged.cache_share), _percent(managed.cache_share)),
+        ("full history kept", _history(unmanaged), _history(managed)),
+        ("request over the window", _overflow(unmanaged), _overflow(managed)),
+        ("task finished", _yes(unmanaged.completed), _yes(managed.completed)),
+    ]
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _largest(run: RunSummary) -> str:
+    return f"{run.largest_request:,} ({_percent(run.largest_request / run.input_limit)})"
+
+
+def _compactions(run: RunSummary) -> str:
+    if not run.compactions:
+        return "0"
+    levels = ", ".join(str(level) for level in run.levels_used)
+    return f"{run.compactions} ({'level' if len(run.levels_used) == 1 else 'levels'} {levels})"
+
+
+def _history(run: RunSummary) -> str:
+    kept = "yes" if run.history_kept else "NO"
+    return f"{kept} ({run.history_messages}/{run.expected_messages} messages)"
+
+
+def _overflow(run: RunSummary) -> str:
+    over = sum(1 for point in run.points if point.overflowed)
+    return f"yes ({over} of {run.requests})" if over else "no"
+
+
+# -- replay ----------------------------------------------------------------------------------
+
+
+def replay_rows_table(result: ReplayResult) -> Table:
+    """One line per request: what the history holds, what is sent, what was done.
+
+    ``msgs`` is messages sent / messages in history; the view's size before this request's
+    pass (``tokens_before``) is in the JSON, the table keeps to what a reader compares.
+    """
+    table = Table(box=box.SIMPLE_HEAD, title="requests", title_justify="left")
+    for name in ("#", "msgs", "history", "sent", "level"):
+        table.add_column(name, justify="right")
+    # Wide enough for the longest rung name, so names wrap between rungs, never inside one.
+    table.add_column("applied", min_width=21)
+    table.add_column("prefix reuse", justify="right")
+    for row in result.rows:
+        sent = f"{row.tokens_after:,}"
+        if row.over_budget:
+            sent = f"[red]{sent}[/red]"
+        reuse = (
+            f"{row.prefix_messages} msgs, {_percent(row.prefix_share)}" if row.request > 1 else "-"
+        )
+        table.add_row(
+            str(row.request),
+            f"{row.messages_after}/{row.history_messages}",
+            f"{row.history_tokens:,}",
+            sent,
+            str(row.level) if row.compacted else "-",
+            ", ".join(row.applied) if row.applied else "",
+            reuse,
+        )
+    return table
+
+
+def replay_heading(result: ReplayResult, source: str, file_format: str) -> str:
+    window = f"window {result.window:,} tokens" if result.window else "no --window given"
+    return f"replay of {source} ({file_format}, {result.totals.messages} messages), {window}"
+
+
+def replay_totals_table(result: ReplayResult) -> Table:
+    """The replay at a glance, one number per line."""
+    totals = result.totals
+    table = Table(box=box.SIMPLE_HEAD, title="totals", title_justify="left", show_header=False)
+    table.add_column("", style="bold")
+    table.add_column("", justify="right")
+    window = f"{result.window:,}" if result.window else "not given"
+    levels = ", ".join(str(level) for level in totals.levels_used) or "-"
+    rows = [
+        ("window / context-fold's budget", f"{window} / {totals.budget:,}"),
+        ("compaction trigger", f"{totals.trigger:,}"),
+        ("requests", str(totals.requests)),
+        ("compactions (levels)", f"{totals.compactions} ({levels})"),
+        ("rungs used", ", ".join(totals.rungs_used) or "-"),
+        (
+            "largest request: history / sent",
+            f"{totals.largest_history:,} / {totals.largest_after:,}",
+        ),
+        (
+            "tokens in total: history / sent",
+            f"{totals.history_tokens_total:,} / {totals.tokens_sent_total:,} "
+            f"({_change(totals.tokens_sent_total, totals.history_tokens_total)})",
+        ),
+        ("prefix reused from previous request", _percent(totals.prefix_share)),
+        ("requests over the budget", str(totals.over_budget_requests)),
+        ("full history kept", _yes(totals.history_kept)),
+    ]
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+# -- formatting ------------------------------------------------------------------------------
+
+
+def _percent(share: float) -> str:
+    return f"{share:.0%}"
+
+
+def _change(new: int, old: int) -> str:
+    if not old:
+        return "n/a"
+    change = f"{(new - old) / old:+.0%}"
+    return "±0%" if change in {"+0%", "-0%"} else change
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "NO"

@@ -1,0 +1,81 @@
+"""Exact BPE counts with tiktoken, framed the way OpenAI documents it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from contextfold.tokens.encodings import SUPPORTED_ENCODINGS, load_encoding
+from contextfold.tokens.framing import (
+    GPT4_TOOLS,
+    GPT4O_TOOLS,
+    TOKENS_PER_MESSAGE,
+    TOKENS_PER_NAME,
+    TOKENS_PER_TOOL_CALL,
+    tool_schema_tokens,
+)
+from contextfold.tokens.media import document_tokens, opaque_tokens, openai_image_tokens
+from contextfold.tokens.serialize import message_parts
+
+__all__ = ["ExactCounter"]
+
+
+class ExactCounter:
+    """Counts with the model's own BPE vocabulary (``o200k_base`` or ``cl100k_base``).
+
+    Text is encoded with ``encode_ordinary`` so a message that happens to contain
+    ``<|endoftext|>`` is counted as the text it is instead of raising. Per-message framing,
+    ``name``, tool calls and tool schemas follow :mod:`contextfold.tokens.framing`; images use
+    OpenAI's tile formula and PDFs/encrypted reasoning the estimates in
+    :mod:`contextfold.tokens.media`. The vocabulary is loaded (offline, hash-checked) when the
+    counter is built, so a broken install fails here and not in the middle of a request.
+    """
+
+    __slots__ = ("_encode", "_tools_overhead", "encoding")
+
+    def __init__(self, encoding: str = "o200k_base") -> None:
+        if not isinstance(encoding, str):
+            raise TypeError(f"encoding must be a str, got {type(encoding).__name__}")
+        if encoding not in SUPPORTED_ENCODINGS:
+            raise ValueError(
+                f"unknown encoding {encoding!r} for ExactCounter; choose one of "
+                f"{', '.join(SUPPORTED_ENCODINGS)}"
+            )
+        self.encoding = encoding
+        self._encode = load_encoding(encoding).encode_ordinary
+        self._tools_overhead = GPT4O_TOOLS if encoding == "o200k_base" else GPT4_TOOLS
+
+    @property
+    def name(self) -> str:
+        return f"exact:{self.encoding}"
+
+    def count_text(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"count_text expects a str, got {type(text).__name__}")
+        return len(self._encode(text)) if text else 0
+
+    def count_message(self, message: Mapping[str, Any]) -> int:
+        parts = message_parts(message)
+        encode = self._encode
+        tokens = TOKENS_PER_MESSAGE + TOKENS_PER_TOOL_CALL * parts.tool_calls
+        if parts.role:
+            tokens += len(encode(parts.role))
+        if parts.name is not None:
+            tokens += TOKENS_PER_NAME + len(encode(parts.name))
+        for text in parts.texts:
+            tokens += len(encode(text))
+        for item in parts.media:
+            if item.kind == "image":
+                tokens += openai_image_tokens(item.width, item.height, item.detail)
+            elif item.kind == "document":
+                tokens += document_tokens(item.pages, item.nbytes)
+            else:
+                tokens += opaque_tokens(item.nbytes)
+        return tokens
+
+    def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
+        return math.ceil(tool_schema_tokens(tools, self.count_text, self._tools_overhead))
+
+    def __repr__(self) -> str:
+        return f"ExactCounter({self.encoding!r})"

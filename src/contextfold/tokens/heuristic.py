@@ -1,0 +1,130 @@
+"""A fast token estimate that needs no vocabulary.
+
+The old estimator, ``len(str(message)) // 4``, read Python's ``repr`` of the dict (quotes,
+escapes, key names, base64 images) and was about 2x off real usage. This one reads the
+canonical serialisation from :mod:`contextfold.tokens.serialize` and weighs characters by
+class, because BPE tokenizers spend tokens very differently on them: an English word of five
+letters is one token, ``3300.0`` is three, and ``", "`` in JSON is usually one or two on its
+own. The weights below were fitted (least squares, each corpus weighted equally) against
+exact ``o200k_base`` counts on BFCL tool conversations, Python stdlib source and stdlib
+docstrings, and CJK text from the stdlib's ``test/cjkencodings``; ``bench/bench_tokens.py``
+reports the error they leave. Counting classes costs a handful of C-level passes over the
+bytes (encode, translate, count), so it stays far cheaper than running BPE.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from contextfold.tokens.framing import (
+    TOKENS_PER_MESSAGE,
+    TOKENS_PER_NAME,
+    TOKENS_PER_TOOL_CALL,
+    tool_schema_tokens,
+)
+from contextfold.tokens.media import (
+    Media,
+    anthropic_image_tokens,
+    document_tokens,
+    opaque_tokens,
+)
+from contextfold.tokens.serialize import message_parts
+
+__all__ = ["HeuristicCounter", "estimate_text_tokens"]
+
+# Tokens per byte of each class (see the module docstring for where they come from).
+_PER_LETTER = 0.22
+_PER_DIGIT = 0.75
+_PER_PUNCT = 0.64
+_PER_SPACE = 0.12  # spaces, tabs and newlines: mostly merged into the next word
+_PER_HIGH_BYTE = 0.29  # UTF-8 bytes >= 0x80: ~0.9 token per CJK character, ~0.6 per accented
+
+
+def _class_table() -> bytes:
+    table = bytearray(256)
+    for byte in range(256):
+        char = chr(byte)
+        if byte >= 0x80:
+            table[byte] = ord("u")
+        elif char.isalpha():
+            table[byte] = ord("a")
+        elif char.isdigit():
+            table[byte] = ord("d")
+        elif char.isspace():
+            table[byte] = ord("s")
+        else:
+            table[byte] = ord("p")
+    return bytes(table)
+
+
+_CLASSES = _class_table()
+
+
+def estimate_text_tokens(text: str) -> float:
+    """Unrounded token estimate of a string (summed over pieces, rounded once by callers)."""
+    if not text:
+        return 0.0
+    raw = text.encode("utf-8", "replace")
+    classes = raw.translate(_CLASSES)
+    digits = classes.count(b"d")
+    punct = classes.count(b"p")
+    space = classes.count(b"s")
+    high = 0 if text.isascii() else classes.count(b"u")
+    letters = len(raw) - digits - punct - space - high
+    return (
+        letters * _PER_LETTER
+        + digits * _PER_DIGIT
+        + punct * _PER_PUNCT
+        + space * _PER_SPACE
+        + high * _PER_HIGH_BYTE
+    )
+
+
+def _media_tokens(media: Sequence[Media]) -> int:
+    total = 0
+    for item in media:
+        if item.kind == "image":
+            total += anthropic_image_tokens(item.width, item.height)
+        elif item.kind == "document":
+            total += document_tokens(item.pages, item.nbytes)
+        else:
+            total += opaque_tokens(item.nbytes)
+    return total
+
+
+class HeuristicCounter:
+    """Character-class estimate over the canonical serialisation; no vocabulary, no I/O.
+
+    Images and documents are priced with Anthropic's published formulas (this counter is the
+    one used for models without a public tokenizer), never as base64 text.
+    """
+
+    __slots__ = ()
+
+    @property
+    def name(self) -> str:
+        return "heuristic"
+
+    def count_text(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"count_text expects a str, got {type(text).__name__}")
+        return math.ceil(estimate_text_tokens(text))
+
+    def count_message(self, message: Mapping[str, Any]) -> int:
+        parts = message_parts(message)
+        tokens = TOKENS_PER_MESSAGE + TOKENS_PER_TOOL_CALL * parts.tool_calls
+        if parts.name is not None:
+            tokens += TOKENS_PER_NAME
+        return (
+            tokens
+            + math.ceil(estimate_text_tokens(parts.serialised()))
+            + _media_tokens(parts.media)
+        )
+
+    def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
+        return math.ceil(tool_schema_tokens(tools, estimate_text_tokens))
+
+    def __repr__(self) -> str:
+        return "HeuristicCounter()"

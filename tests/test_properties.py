@@ -1,0 +1,172 @@
+"""Property tests: the DESIGN.md invariants on random conversations, tool groups and budgets.
+
+1. history is append-only and never edited by compaction;
+2. a view is a new list;
+3. tool calls and results stay in atomic groups (no orphan, no unanswered call before the tail);
+4. protected content (system, first/last human prompt, the current turn, the last tool
+   results, signed thinking) reaches the model intact;
+5. every view fits the budget by a fresh recount, or ContextLengthError is raised and
+   nothing is committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from support import assert_pairing, call_ids_of, result_ids_of
+
+from contextfold import ContextFold, ContextLengthError
+from contextfold.messages import NOTICE_SOURCE
+
+THINKING = {"type": "thinking", "thinking": "let me think " * 20, "signature": "c2ln"}
+
+
+@st.composite
+def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
+    shape = draw(st.sampled_from(["amplifier", "openai", "anthropic"]))
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "sys " * draw(st.integers(1, 50))}]
+    messages.append({"role": "user", "content": "task " * draw(st.integers(1, 60)),
+                     "metadata": {"source": "user"}})
+    n_steps = draw(st.integers(0, 40))
+    call_no = 0
+    for _ in range(n_steps):
+        step = draw(st.sampled_from(["tools", "tools", "tools", "reply", "human", "hook"]))
+        if step == "reply":
+            messages.append({"role": "assistant", "content": "ok " * draw(st.integers(0, 400))})
+        elif step == "human":
+            messages.append({"role": "user", "content": "more " * draw(st.integers(1, 80)),
+                             "metadata": {"source": "user"}})
+        elif step == "hook":
+            messages.append({"role": "user", "content": "hook " * draw(st.integers(1, 40)),
+                             "metadata": {"source": "hook"}})
+        else:
+            calls = draw(st.integers(1, 3))
+            ids = [f"c{call_no + k}" for k in range(calls)]
+            call_no += calls
+            sizes = [draw(st.integers(0, 6000)) for _ in ids]
+            thinking = draw(st.booleans()) and shape == "anthropic"
+            if shape == "anthropic":
+                content: list[dict[str, Any]] = [dict(THINKING)] if thinking else []
+                content += [{"type": "tool_use", "id": i, "name": "f", "input": {"q": i}} for i in ids]
+                messages.append({"role": "assistant", "content": content})
+                messages.append({"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": i, "content": "r" * s}
+                    for i, s in zip(ids, sizes, strict=True)]})
+            else:
+                if shape == "openai":
+                    tool_calls = [{"id": i, "type": "function",
+                                   "function": {"name": "f", "arguments": "{}"}} for i in ids]
+                else:
+                    tool_calls = [{"id": i, "tool": "f", "arguments": {}} for i in ids]
+                messages.append({"role": "assistant", "content": "", "tool_calls": tool_calls})
+                for k, (i, s) in enumerate(zip(ids, sizes, strict=True)):
+                    messages.append({"role": "tool", "tool_call_id": i, "content": "r" * s})
+                    if k == 0 and calls > 1 and draw(st.booleans()):
+                        messages.append({"role": "user", "content": "hook between results",
+                                         "metadata": {"source": "hook"}})
+    return messages
+
+
+configs = st.fixed_dictionaries({
+    "protected_recent": st.sampled_from([0.0, 0.1, 0.3, 0.5]),
+    "protected_tool_results": st.integers(0, 6),
+    "compact_threshold": st.sampled_from([0.6, 0.92, 1.0]),
+    "target_usage": st.sampled_from([0.3, 0.5]),
+    "truncate_chars": st.sampled_from([0, 100, 250]),
+    "compaction_notice_enabled": st.booleans(),
+    "token_counter": st.just("heuristic"),
+})
+
+
+def is_notice(m: dict[str, Any]) -> bool:
+    return (m.get("metadata") or {}).get("source") == NOTICE_SOURCE
+
+
+def check_view(ctx: ContextFold, history: list[dict], view: list[dict], budget: int) -> None:
+    # 5. Honest budget: a fresh recount of what is delivered fits.
+    recount = sum(ctx.counter.count_message(m) for m in view)
+    assert recount <= budget, (recount, budget)
+    assert ctx.last_report.tokens_after == math.ceil(recount * ctx.last_report.ratio)
+    # 3. Atomic tool groups.
+    assert_pairing(view)
+    # Every view message is admitted, a shortened admitted message, or the notice.
+    by_ids = {}
+    for m in history:
+        key = tuple(call_ids_of(m)) or tuple(result_ids_of(m))
+        if key:
+            by_ids[key] = m
+    for m in view:
+        if m in history or is_notice(m):
+            continue
+        key = tuple(call_ids_of(m)) or tuple(result_ids_of(m))
+        original = by_ids.get(key) if key else None
+        assert original is not None or m["role"] in ("assistant", "user"), m
+        assert m["role"] in ("tool", "user", "assistant")
+    # 4. Protected content intact.
+    for m in history:
+        if m["role"] == "system":
+            assert m in view
+    humans = [m for m in history if (m.get("metadata") or {}).get("source") == "user"]
+    if humans:
+        assert humans[0] in view and humans[-1] in view
+    assert history[-1] in view  # the current turn
+    for m in view:
+        content = m.get("content")
+        if isinstance(content, list):
+            for block in content:
+                if block.get("type") == "thinking":
+                    assert block == THINKING
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(history=conversations(), budget=st.integers(300, 30_000), config=configs)
+def test_one_shot_views_keep_every_invariant(history, budget, config) -> None:
+    async def run() -> None:
+        ctx = ContextFold(config)
+        await ctx.set_messages(history)
+        try:
+            view = await ctx.get_messages_for_request(token_budget=budget)
+        except ContextLengthError as err:
+            event("protected floor over budget")
+            assert err.required_tokens > budget
+            # Nothing committed: a roomy request sees the untouched history.
+            assert await ctx.get_messages_for_request(token_budget=10_000_000) == history
+        else:
+            event(f"rungs used: {ctx.last_report.applied}")
+            check_view(ctx, history, view, budget)
+            view.append({"role": "user", "content": "caller edits its copy"})
+            again = await ctx.get_messages_for_request(token_budget=budget)
+            assert again == view[:-1]  # 2. a new list each time; sticky and stable
+        assert await ctx.get_messages() == history  # 1. history untouched
+
+    asyncio.run(run())
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(history=conversations(), budget=st.integers(2_000, 20_000), config=configs)
+def test_growing_conversation_views_are_valid_and_prefix_stable(history, budget, config) -> None:
+    async def run() -> None:
+        ctx = ContextFold(config)
+        previous: list[dict] | None = None
+        admitted: list[dict] = []
+        for message in history:
+            await ctx.add_message(message)
+            admitted.append(message)
+            if message["role"] != "assistant" and message is not history[-1]:
+                continue  # an orchestrator asks before each model call
+            try:
+                view = await ctx.get_messages_for_request(token_budget=budget)
+            except ContextLengthError:
+                previous = None
+                continue
+            check_view(ctx, admitted, view, budget)
+            if previous is not None and not ctx.last_report.compacted:
+                assert view[: len(previous)] == previous  # byte-stable prefix between passes
+            previous = view
+        assert await ctx.get_messages() == history
+
+    asyncio.run(run())
