@@ -17,10 +17,10 @@ from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from support import assert_pairing, call_ids_of, result_ids_of
 
 from contextfold import ContextFold, ContextLengthError
 from contextfold.messages import NOTICE_SOURCE
+from support import assert_pairing, call_ids_of, result_ids_of
 
 THINKING = {"type": "thinking", "thinking": "let me think " * 20, "signature": "c2ln"}
 
@@ -28,9 +28,16 @@ THINKING = {"type": "thinking", "thinking": "let me think " * 20, "signature": "
 @st.composite
 def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
     shape = draw(st.sampled_from(["amplifier", "openai", "anthropic"]))
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "sys " * draw(st.integers(1, 50))}]
-    messages.append({"role": "user", "content": "task " * draw(st.integers(1, 60)),
-                     "metadata": {"source": "user"}})
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "sys " * draw(st.integers(1, 50))}
+    ]
+    messages.append(
+        {
+            "role": "user",
+            "content": "task " * draw(st.integers(1, 60)),
+            "metadata": {"source": "user"},
+        }
+    )
     n_steps = draw(st.integers(0, 40))
     call_no = 0
     for _ in range(n_steps):
@@ -38,11 +45,21 @@ def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
         if step == "reply":
             messages.append({"role": "assistant", "content": "ok " * draw(st.integers(0, 400))})
         elif step == "human":
-            messages.append({"role": "user", "content": "more " * draw(st.integers(1, 80)),
-                             "metadata": {"source": "user"}})
+            messages.append(
+                {
+                    "role": "user",
+                    "content": "more " * draw(st.integers(1, 80)),
+                    "metadata": {"source": "user"},
+                }
+            )
         elif step == "hook":
-            messages.append({"role": "user", "content": "hook " * draw(st.integers(1, 40)),
-                             "metadata": {"source": "hook"}})
+            messages.append(
+                {
+                    "role": "user",
+                    "content": "hook " * draw(st.integers(1, 40)),
+                    "metadata": {"source": "hook"},
+                }
+            )
         else:
             calls = draw(st.integers(1, 3))
             ids = [f"c{call_no + k}" for k in range(calls)]
@@ -51,35 +68,52 @@ def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
             thinking = draw(st.booleans()) and shape == "anthropic"
             if shape == "anthropic":
                 content: list[dict[str, Any]] = [dict(THINKING)] if thinking else []
-                content += [{"type": "tool_use", "id": i, "name": "f", "input": {"q": i}} for i in ids]
+                content += [
+                    {"type": "tool_use", "id": i, "name": "f", "input": {"q": i}} for i in ids
+                ]
                 messages.append({"role": "assistant", "content": content})
-                messages.append({"role": "user", "content": [
-                    {"type": "tool_result", "tool_use_id": i, "content": "r" * s}
-                    for i, s in zip(ids, sizes, strict=True)]})
+                messages.append(
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "tool_result", "tool_use_id": i, "content": "r" * s}
+                            for i, s in zip(ids, sizes, strict=True)
+                        ],
+                    }
+                )
             else:
                 if shape == "openai":
-                    tool_calls = [{"id": i, "type": "function",
-                                   "function": {"name": "f", "arguments": "{}"}} for i in ids]
+                    tool_calls = [
+                        {"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                        for i in ids
+                    ]
                 else:
                     tool_calls = [{"id": i, "tool": "f", "arguments": {}} for i in ids]
                 messages.append({"role": "assistant", "content": "", "tool_calls": tool_calls})
                 for k, (i, s) in enumerate(zip(ids, sizes, strict=True)):
                     messages.append({"role": "tool", "tool_call_id": i, "content": "r" * s})
                     if k == 0 and calls > 1 and draw(st.booleans()):
-                        messages.append({"role": "user", "content": "hook between results",
-                                         "metadata": {"source": "hook"}})
+                        messages.append(
+                            {
+                                "role": "user",
+                                "content": "hook between results",
+                                "metadata": {"source": "hook"},
+                            }
+                        )
     return messages
 
 
-configs = st.fixed_dictionaries({
-    "protected_recent": st.sampled_from([0.0, 0.1, 0.3, 0.5]),
-    "protected_tool_results": st.integers(0, 6),
-    "compact_threshold": st.sampled_from([0.6, 0.92, 1.0]),
-    "target_usage": st.sampled_from([0.3, 0.5]),
-    "truncate_chars": st.sampled_from([0, 100, 250]),
-    "compaction_notice_enabled": st.booleans(),
-    "token_counter": st.just("heuristic"),
-})
+configs = st.fixed_dictionaries(
+    {
+        "protected_recent": st.sampled_from([0.0, 0.1, 0.3, 0.5]),
+        "protected_tool_results": st.integers(0, 6),
+        "compact_threshold": st.sampled_from([0.6, 0.92, 1.0]),
+        "target_usage": st.sampled_from([0.3, 0.5]),
+        "truncate_chars": st.sampled_from([0, 100, 250]),
+        "compaction_notice_enabled": st.booleans(),
+        "token_counter": st.just("heuristic"),
+    }
+)
 
 
 def is_notice(m: dict[str, Any]) -> bool:

@@ -11,8 +11,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ..events import ALL_EVENTS
-from ..manager import ContextFold
+from contextfold.events import ALL_EVENTS
+from contextfold.manager import ContextFold
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,93 @@
+"""The real-usage token meter: always recorded, drives the trigger in actual mode, calibrates."""
+
+from __future__ import annotations
+
+from amplifier_core.message_models import Usage
+
+from contextfold import ContextFold
+from support import agent_run
+
+
+def usage(input_tokens: int, cache_write: int = 0, cache_read: int = 0) -> dict:
+    return {
+        "input_tokens": input_tokens,
+        "output_tokens": 10,
+        "cache_read_tokens": cache_read,
+        "cache_write_tokens": cache_write,
+    }
+
+
+async def test_meter_records_input_plus_cache_writes_in_every_mode() -> None:
+    ctx = ContextFold(token_counter="heuristic")
+    await ctx.set_messages(agent_run(3))
+    await ctx.get_messages_for_request(token_budget=100_000)
+    await ctx.on_llm_response({"usage": usage(100, cache_write=4000, cache_read=90), "model": "m"})
+    await ctx.get_messages_for_request(token_budget=100_000)
+    stats = ctx.token_meter_stats
+    assert stats.mode == "estimate" and stats.source == "estimate"
+    assert stats.last_actual == 4100  # cache reads are inside input_tokens: not added again
+    assert stats.drift is not None and stats.drift > 0
+    # A Usage model (as a provider's ChatResponse carries) works as well as a dict.
+    await ctx.on_llm_response(
+        {"response": {"usage": Usage(input_tokens=5, output_tokens=1, total_tokens=6)}}
+    )
+    await ctx.get_messages_for_request(token_budget=100_000)
+    assert ctx.token_meter_stats.last_actual == 5
+    # Payloads without usage are ignored, never an error.
+    await ctx.on_llm_response({"status": "error"})
+    await ctx.on_llm_response({"usage": {"input_tokens": "lots"}})
+
+
+async def test_actual_mode_uses_the_real_figure_for_the_trigger() -> None:
+    history = agent_run(10)
+    est = ContextFold(token_counter="heuristic")
+    act = ContextFold(token_counter="heuristic", token_meter="actual")
+    for ctx in (est, act):
+        await ctx.set_messages(history)
+        await ctx.get_messages_for_request(token_budget=100_000)
+    size = est.last_report.tokens_after
+    budget = int(size / 0.92 * 1.3) + 800  # the estimate sits well under the trigger
+    for ctx in (est, act):
+        await ctx.get_messages_for_request(token_budget=budget)
+        # The provider reports twice what we estimated (say, tool schemas and framing).
+        await ctx.on_llm_response({"usage": usage(2 * size), "model": "m"})
+        await ctx.add_message({"role": "assistant", "content": "thinking aloud"})
+        await ctx.get_messages_for_request(token_budget=budget)
+    assert not est.last_report.compacted and est.last_report.size_source == "estimate"
+    assert act.last_report.compacted and act.last_report.size_source == "actual"
+    assert act.token_meter_stats.measured >= 2 * size
+
+
+async def test_actual_mode_before_any_response_falls_back_to_estimate() -> None:
+    ctx = ContextFold(token_counter="heuristic", token_meter="actual")
+    await ctx.set_messages(agent_run(3))
+    await ctx.get_messages_for_request(token_budget=100_000)
+    assert ctx.last_report.size_source == "estimate"
+
+
+async def test_calibration_learns_from_responses_and_survives_set_messages() -> None:
+    events: list = []
+    ctx = ContextFold(token_counter="calibrated", on_event=lambda e, d: events.append((e, d)))
+    await ctx.set_messages(agent_run(4))
+    for _ in range(12):
+        await ctx.get_messages_for_request(token_budget=100_000)
+        raw = ctx.token_meter_stats.raw_estimate
+        await ctx.on_llm_response({"usage": usage(int(raw * 1.15)), "model": "gpt-4o"})
+    await ctx.get_messages_for_request(token_budget=100_000)
+    assert abs(ctx.last_report.ratio - 1.15) < 0.05
+    calibration = [d for e, d in events if e == "context:calibration"]
+    assert len(calibration) == 12 and calibration[-1]["model"] == "gpt-4o"
+    await ctx.set_messages(agent_run(2))
+    await ctx.get_messages_for_request(token_budget=100_000)
+    assert abs(ctx.last_report.ratio - 1.15) < 0.05  # learned ratio kept across resume
+
+
+async def test_failing_event_handler_never_breaks_a_request(caplog) -> None:
+    def explode(event: str, data: dict) -> None:
+        raise RuntimeError("observer bug")
+
+    ctx = ContextFold(token_counter="heuristic", on_event=explode)
+    await ctx.set_messages(agent_run(30))
+    view = await ctx.get_messages_for_request(token_budget=12_000)
+    assert view and ctx.last_report.compacted
+    assert "observer bug" in caplog.text or "failed; ignored" in caplog.text
