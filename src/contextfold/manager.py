@@ -82,6 +82,7 @@ class ContextFold:
         self._notice_cost = 0
         self._view: list[dict[str, Any]] = [e.message for e in history.entries]
         self._view_raw = history.raw_total
+        self._removed_messages = 0
         self._reminders: dict[str, int] = {}
         for index, entry in enumerate(history.entries):
             self._index_reminder(index, entry.info.reminder, entry.message)
@@ -156,15 +157,18 @@ class ContextFold:
     # -- the meter -----------------------------------------------------------------------
 
     async def on_llm_response(self, data: Mapping[str, Any]) -> None:
-        """Record a provider's reported usage (the ``llm:response`` payload)."""
+        """Record a provider's reported usage (the ``llm:response`` payload).
+
+        Plain-library users call it after each model call with the SDK's usage object:
+        ``await context.on_llm_response({"usage": response.usage, "model": model})``.
+        """
         parsed = read_usage(data)
         if parsed is None:
             return
-        input_tokens, cache_read, cache_write, model = parsed
+        actual, cache_read, cache_write, model = parsed
         model = model or self._model
         reading = UsageReading(
-            actual=input_tokens + cache_write,
-            input_tokens=input_tokens,
+            actual=actual,
             cache_read_tokens=cache_read,
             cache_write_tokens=cache_write,
             model=model,
@@ -341,6 +345,10 @@ class ContextFold:
         self._notice_cost = result.notice_cost
         self._view_raw = result.raw_total
         self._view = assemble_view(self._history, self._state, self._notice)
+        units = self._history.units
+        self._removed_messages = sum(
+            units[u].end - units[u].start for u in self._state.removed_units
+        )
 
     def _report(
         self,
@@ -357,7 +365,6 @@ class ContextFold:
         result: PassResult | None = None,
         source: str = "estimate",
     ) -> RequestReport:
-        state = self._state
         return RequestReport(
             tokens_before=before,
             tokens_after=after,
@@ -374,11 +381,8 @@ class ContextFold:
             size_source=source,
             counter=self.counter.name,
             ratio=round(ratio, 4),
-            removed_total=sum(
-                self._history.units[u].end - self._history.units[u].start
-                for u in state.removed_units
-            ),
-            truncated_total=len(state.truncated),
+            removed_total=self._removed_messages,
+            truncated_total=len(self._state.truncated),
         )
 
     def _deliver(

@@ -20,8 +20,7 @@ from typing import Any
 class UsageReading:
     """One ``llm:response`` usage figure, matched to the view it answered."""
 
-    actual: int  # input_tokens + cache_write_tokens
-    input_tokens: int
+    actual: int  # context occupancy: input_tokens + cache_write_tokens in Amplifier's terms
     cache_read_tokens: int
     cache_write_tokens: int
     model: str | None
@@ -29,30 +28,47 @@ class UsageReading:
 
 
 def read_usage(data: Mapping[str, Any]) -> tuple[int, int, int, str | None] | None:
-    """(input, cache_read, cache_write, model) from an ``llm:response`` payload, or None."""
+    """(occupancy, cache_read, cache_write, model) from an ``llm:response`` payload, or None.
+
+    Understands the usage shapes a caller may hold: Amplifier's ``Usage`` (``input_tokens``
+    gross, ``cache_write_tokens`` apart), the OpenAI SDK's (``prompt_tokens``, cached tokens
+    included) and the Anthropic SDK's (``input_tokens`` is the uncached part only, so
+    ``cache_creation_input_tokens`` and ``cache_read_input_tokens`` are added).
+    """
     usage = data.get("usage")
     if usage is None:
         response = data.get("response")
-        usage = getattr(response, "usage", None) if response is not None else None
         if isinstance(response, Mapping):
             usage = response.get("usage")
+        elif response is not None:
+            usage = getattr(response, "usage", None)
     if usage is None:
         return None
-    if not isinstance(usage, Mapping):
-        usage = {
-            key: getattr(usage, key, None)
-            for key in ("input_tokens", "cache_read_tokens", "cache_write_tokens")
-        }
-    input_tokens = _count(usage.get("input_tokens"))
+    get = usage.get if isinstance(usage, Mapping) else lambda key: getattr(usage, key, None)
+    model = data.get("model")
+    model = model if isinstance(model, str) and model else None
+    prompt = _count(get("prompt_tokens"))
+    if prompt is not None:  # OpenAI SDK
+        details = get("prompt_tokens_details")
+        cached = None
+        if details is not None:
+            cached = (
+                details.get("cached_tokens")
+                if isinstance(details, Mapping)
+                else getattr(details, "cached_tokens", None)
+            )
+        return prompt, _count(cached) or 0, 0, model
+    input_tokens = _count(get("input_tokens"))
     if input_tokens is None:
         return None
-    model = data.get("model")
-    return (
-        input_tokens,
-        _count(usage.get("cache_read_tokens")) or 0,
-        _count(usage.get("cache_write_tokens")) or 0,
-        model if isinstance(model, str) and model else None,
-    )
+    creation = _count(get("cache_creation_input_tokens"))
+    anthropic_read = _count(get("cache_read_input_tokens"))
+    if creation is not None or anthropic_read is not None:  # Anthropic SDK
+        read, write = anthropic_read or 0, creation or 0
+        return input_tokens + read + write, read, write, model
+    read = _count(get("cache_read_tokens")) or 0
+    write = _count(get("cache_write_tokens")) or 0
+    return input_tokens + write, read, write, model
 
 
 def _count(value: Any) -> int | None:

@@ -21,6 +21,7 @@ from contextfold.cli.demo import DemoDoesNotFit, DemoResult, DemoSettings, mount
 from contextfold.cli.readers import InputError, read_conversation
 from contextfold.cli.replay import ReplayError, ReplayResult, replay_messages
 from contextfold.cli.report import (
+    check_output_option,
     demo_table,
     output_folder,
     replay_heading,
@@ -52,10 +53,14 @@ def run_demo_command(args: argparse.Namespace) -> int:
     if args.result_chars < MIN_RESULT_CHARS:
         return fail(f"--result-chars must be at least {MIN_RESULT_CHARS}, got {args.result_chars}")
     settings = DemoSettings(window=args.window, steps=args.steps, result_chars=args.result_chars)
+    try:
+        check_output_option(args.out)
+    except InputError as error:
+        return fail(str(error))
 
     console = Console(highlight=False)
     try:
-        with _progress(settings.steps + 1, quiet=args.quiet) as on_request:
+        with _ProgressBars(settings.steps + 1, quiet=args.quiet) as on_request:
             result = asyncio.run(run_demo(settings, on_request=on_request))
     except DemoDoesNotFit as error:
         return fail(
@@ -64,7 +69,10 @@ def run_demo_command(args: argparse.Namespace) -> int:
             EXIT_DOES_NOT_FIT,
         )
 
-    folder = output_folder(args.out, "demo")
+    try:
+        folder = output_folder(args.out, "demo")
+    except InputError as error:
+        return fail(str(error))
     data = result.to_dict() | {
         "mount_plans": {
             "unmanaged": mount_plan(settings, managed=False),
@@ -83,7 +91,7 @@ def run_demo_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-class _progress:
+class _ProgressBars:
     """A progress bar per run, advanced per model request; silent when quiet or not a tty."""
 
     def __init__(self, total: int, *, quiet: bool) -> None:
@@ -160,6 +168,7 @@ def _demo_verdict(result: DemoResult) -> str:
 
 def run_replay_command(args: argparse.Namespace) -> int:
     try:
+        check_output_option(args.out)
         config = _replay_config(args)
         conversation = read_conversation(args.file, args.format)
         if args.window is not None and args.max_output_tokens >= args.window:
@@ -181,8 +190,15 @@ def run_replay_command(args: argparse.Namespace) -> int:
     except ContextLengthError as error:
         return fail(f"{args.file}: does not fit: {_first_line(error)}", EXIT_DOES_NOT_FIT)
 
-    folder = output_folder(args.out, f"replay-{Path(args.file).stem}")
-    data = {"source": conversation.source, "format": conversation.format} | result.to_dict()
+    try:
+        folder = output_folder(args.out, f"replay-{Path(args.file).stem}")
+    except InputError as error:
+        return fail(str(error))
+    data = {
+        "source": conversation.source,
+        "format": conversation.format,
+        "effective_config": ContextConfig.from_mapping(config).to_dict(),
+    } | result.to_dict()
     json_path = write_json(folder / "replay.json", data)
     chart_path = (
         None
@@ -223,7 +239,9 @@ def _replay_config(args: argparse.Namespace) -> dict[str, Any]:
 
 def _replay_chart(result: ReplayResult, source: str, path: Path) -> Path:
     rows = result.rows
-    window = result.window
+    window, budget = result.window, result.totals.budget
+    # Without a window the budget is the only limit there is, so it takes the window's line.
+    limit_label = f"context window ({window:,})" if window else f"budget ({budget:,})"
     return write_size_chart(
         path,
         [
@@ -240,12 +258,10 @@ def _replay_chart(result: ReplayResult, source: str, path: Path) -> Path:
                 marks=[i for i, r in enumerate(rows) if r.compacted],
             ),
         ],
-        window=window if window else result.totals.budget,
-        window_label=f"context window ({window:,})"
-        if window
-        else f"budget ({result.totals.budget:,})",
+        window=window or budget,
+        window_label=limit_label,
         trigger=result.totals.trigger,
-        budget=result.totals.budget if window else None,
+        budget=budget if window else None,
         title=f"contextfold replay: {Path(source).name}",
         y_label="request size (tokens, context-fold's estimate)",
     )

@@ -91,6 +91,7 @@ class RunSummary:
     trigger: int | None  # where context-fold starts compacting (same units)
     history_messages: int
     expected_messages: int
+    missing_tool_results: int  # tool runs whose result is not in the history
     final_text: str
     completed: bool  # the scripted task reached its final answer
 
@@ -114,7 +115,7 @@ class RunSummary:
 
     @property
     def history_kept(self) -> bool:
-        return self.history_messages == self.expected_messages
+        return self.history_messages == self.expected_messages and not self.missing_tool_results
 
     @property
     def overflowed(self) -> bool:
@@ -187,7 +188,7 @@ async def run_session(
     session = AmplifierSession(mount_plan(settings, managed=managed))
     compactions: list[dict[str, Any]] = []
     reports: list[dict[str, Any]] = []
-    tool_results = 0
+    tool_call_ids: list[str] = []
     user_messages = 0
 
     async def on_compaction(_event: str, data: dict[str, Any]) -> HookResult:
@@ -198,9 +199,8 @@ async def run_session(
         reports.append(dict(data))
         return HookResult()
 
-    async def on_tool_post(_event: str, _data: dict[str, Any]) -> HookResult:
-        nonlocal tool_results
-        tool_results += 1
+    async def on_tool_post(_event: str, data: dict[str, Any]) -> HookResult:
+        tool_call_ids.append(str(data.get("tool_call_id")))
         return HookResult()
 
     async def on_prompt(_event: str, _data: dict[str, Any]) -> HookResult:
@@ -257,7 +257,9 @@ async def run_session(
     ]
     # Every message the session produced: the system prompt, each user prompt, one assistant
     # message per served request, one tool message per tool run.
-    expected = 1 + user_messages + len(served) + tool_results
+    expected = 1 + user_messages + len(served) + len(tool_call_ids)
+    # And each tool run's result is there under its own call id, not just some message.
+    kept_ids = {m.get("tool_call_id") for m in history if m.get("role") == "tool"}
     last = reports[-1] if reports else {}
     return RunSummary(
         label="with context-fold" if managed else "without compaction",
@@ -271,6 +273,7 @@ async def run_session(
         trigger=last.get("trigger"),
         history_messages=len(history),
         expected_messages=expected,
+        missing_tool_results=len(set(tool_call_ids) - kept_ids),
         final_text=final_text,
         completed=final_text == FINAL_TEXT.format(steps=settings.steps),
     )

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 from rich import box
 from rich.table import Table
 
+from contextfold.cli.readers import InputError
+
 if TYPE_CHECKING:
     from contextfold.cli.demo import DemoResult, RunSummary
     from contextfold.cli.replay import ReplayResult
@@ -18,8 +20,15 @@ if TYPE_CHECKING:
 DEFAULT_OUT_ROOT = Path("contextfold-out")
 
 
+def check_output_option(out: str | Path | None) -> None:
+    """Refuse an ``--out`` that can never be a folder before any work is done."""
+    if out is not None and Path(out).exists() and not Path(out).is_dir():
+        raise InputError("--out", f"{out} exists and is not a folder")
+
+
 def output_folder(out: str | Path | None, prefix: str) -> Path:
     """``out`` as given, else a fresh ``contextfold-out/<prefix>-<timestamp>`` folder."""
+    check_output_option(out)
     if out is not None:
         folder = Path(out)
     else:
@@ -30,7 +39,10 @@ def output_folder(out: str | Path | None, prefix: str) -> Path:
         while folder.exists():
             folder = DEFAULT_OUT_ROOT / f"{prefix}-{stamp}-{serial}"
             serial += 1
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError("--out", f"cannot create the folder {folder} ({exc.strerror})") from None
     return folder
 
 

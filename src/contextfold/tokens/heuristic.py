@@ -32,7 +32,7 @@ from contextfold.tokens.media import (
 )
 from contextfold.tokens.serialize import message_parts
 
-__all__ = ["HeuristicCounter", "estimate_text_tokens"]
+__all__ = ["WEIGHTS", "HeuristicCounter", "character_classes", "estimate_text_tokens"]
 
 # Tokens per byte of each class (see the module docstring for where they come from).
 _PER_LETTER = 0.22
@@ -62,8 +62,33 @@ def _class_table() -> bytes:
 _CLASSES = _class_table()
 
 
+# The weights in the order character_classes() reports the counts.
+WEIGHTS: tuple[float, float, float, float, float] = (
+    _PER_LETTER,
+    _PER_DIGIT,
+    _PER_PUNCT,
+    _PER_SPACE,
+    _PER_HIGH_BYTE,
+)
+
+
+def character_classes(text: str) -> tuple[int, int, int, int, int]:
+    """UTF-8 byte counts of (letters, digits, punctuation, whitespace, non-ASCII bytes)."""
+    raw = text.encode("utf-8", "replace")
+    classes = raw.translate(_CLASSES)
+    digits = classes.count(b"d")
+    punct = classes.count(b"p")
+    space = classes.count(b"s")
+    high = classes.count(b"u")
+    return len(raw) - digits - punct - space - high, digits, punct, space, high
+
+
 def estimate_text_tokens(text: str) -> float:
-    """Unrounded token estimate of a string (summed over pieces, rounded once by callers)."""
+    """Unrounded token estimate: ``WEIGHTS`` dotted with ``character_classes(text)``.
+
+    Written out rather than calling :func:`character_classes`: it runs once per message on the
+    admission path, and skipping the non-ASCII pass for ASCII text is worth having.
+    """
     if not text:
         return 0.0
     raw = text.encode("utf-8", "replace")
@@ -94,6 +119,30 @@ def _media_tokens(media: Sequence[Media]) -> int:
     return total
 
 
+# Messages made only of these keys, all strings, skip the general walk (most of a history).
+_PLAIN_KEYS = frozenset({"role", "content", "name", "tool_call_id", "metadata"})
+
+
+def _plain_serialisation(message: dict[str, Any]) -> str | None:
+    """``message_parts(message).serialised()`` for an all-string message, else None."""
+    role = message.get("role", "")
+    content = message.get("content")
+    name = message.get("name")
+    call_id = message.get("tool_call_id")
+    if type(role) is not str or type(content) is not str:
+        return None
+    if (name is not None and type(name) is not str) or (
+        call_id is not None and type(call_id) is not str
+    ):
+        return None
+    pieces = [role] if name is None else [role, name]
+    if call_id:
+        pieces.append(call_id)
+    if content:
+        pieces.append(content)
+    return "\n".join(pieces)
+
+
 class HeuristicCounter:
     """Character-class estimate over the canonical serialisation; no vocabulary, no I/O.
 
@@ -113,6 +162,15 @@ class HeuristicCounter:
         return math.ceil(estimate_text_tokens(text))
 
     def count_message(self, message: Mapping[str, Any]) -> int:
+        if type(message) is dict and _PLAIN_KEYS.issuperset(message):
+            plain = _plain_serialisation(message)
+            if plain is not None:
+                named = message.get("name") is not None
+                return (
+                    TOKENS_PER_MESSAGE
+                    + (TOKENS_PER_NAME if named else 0)
+                    + math.ceil(estimate_text_tokens(plain))
+                )
         parts = message_parts(message)
         tokens = TOKENS_PER_MESSAGE + TOKENS_PER_TOOL_CALL * parts.tool_calls
         if parts.name is not None:
