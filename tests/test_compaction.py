@@ -187,49 +187,40 @@ async def test_disabled_compaction_returns_everything() -> None:
     assert ctx.last_report.tokens_after > 5_000 and not ctx.last_report.compacted
 
 
+THINKING = {"type": "thinking", "thinking": "plan " * 800, "signature": "c2lnbmVk"}
+
+
+def thinking_round(n: int) -> list[dict]:
+    """An Anthropic assistant turn with signed thinking and a tool call, then its result."""
+    return [
+        {
+            "role": "assistant",
+            "content": [
+                dict(THINKING),
+                {"type": "tool_use", "id": f"t{n}", "name": "lookup", "input": {}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": f"t{n}", "content": "r" * 3000}],
+        },
+    ]
+
+
 async def test_signed_thinking_is_never_edited_and_current_turn_kept() -> None:
     ctx, _ = make(protected_recent=0.0, protected_tool_results=0)
-    thinking = {"type": "thinking", "thinking": "plan " * 800, "signature": "c2lnbmVk"}
     messages = [SYSTEM, human("old task")]
     for n in range(10):
-        messages.append(
-            {
-                "role": "assistant",
-                "content": [
-                    dict(thinking),
-                    {"type": "tool_use", "id": f"t{n}", "name": "lookup", "input": {}},
-                ],
-            }
-        )
-        messages.append(
-            {
-                "role": "user",
-                "content": [{"type": "tool_result", "tool_use_id": f"t{n}", "content": "r" * 3000}],
-            }
-        )
+        messages.extend(thinking_round(n))
     messages.append(human("new task"))
     for n in range(10, 13):
-        messages.append(
-            {
-                "role": "assistant",
-                "content": [
-                    dict(thinking),
-                    {"type": "tool_use", "id": f"t{n}", "name": "lookup", "input": {}},
-                ],
-            }
-        )
-        messages.append(
-            {
-                "role": "user",
-                "content": [{"type": "tool_result", "tool_use_id": f"t{n}", "content": "r" * 3000}],
-            }
-        )
+        messages.extend(thinking_round(n))
     await ctx.set_messages(messages)
     view = await ctx.get_messages_for_request(token_budget=12_000)
     assert_pairing(view)
     for m in view:
         if m["role"] == "assistant":
-            assert m["content"][0] == thinking  # byte-identical when present
+            assert m["content"][0] == THINKING  # byte-identical when present
     # Every assistant turn after the last human prompt is still there, verbatim, with its result.
     tail = messages[messages.index(human("new task")) :]
     for m in tail:

@@ -68,7 +68,7 @@ class ContextFold:
         self._events = EventSink(on_event)
         self._lock = asyncio.Lock()
         self._model: str | None = self.config.token_model
-        self._last_budget_event: dict[str, Any] | None = None
+        self._last_budget: BudgetDecision | None = None
         self.last_report: RequestReport | None = None
         self.token_meter_stats: MeterStats | None = None
         self._reset_history(History(self.counter, self.config.max_tool_result_bytes))
@@ -400,10 +400,11 @@ class ContextFold:
         self._last_delivered_raw = view_raw
         self.last_report = report
         events: list[tuple[str, dict[str, Any]]] = []
-        budget_event = decision.to_event()
-        if budget_event != self._last_budget_event:
-            self._last_budget_event = budget_event
-            events.append((BUDGET, budget_event))
+        if not self._events.connected:
+            return view, events  # nobody listens: build no payloads on the hot path
+        if decision != self._last_budget:
+            self._last_budget = decision
+            events.append((BUDGET, decision.to_event()))
         if result is not None:
             events.append(
                 (

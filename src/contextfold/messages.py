@@ -268,14 +268,12 @@ def _collect_call_ids(
             field = f"tool_calls[{i}]"
             if not isinstance(call, Mapping):
                 raise _fail("is not a dict", field, "Each tool call is a dict with an 'id'", index)
-            call_id = call.get("id")
-            if not isinstance(call_id, str) or not call_id:
-                raise _fail(
-                    "has no string 'id'",
-                    f"{field}.id",
-                    "Give every tool call a unique id; its result refers to it by tool_call_id",
-                    index,
-                )
+            call_id = _require_id(
+                call.get("id"),
+                f"{field}.id",
+                "Give every tool call a unique id; its result refers to it by tool_call_id",
+                index,
+            )
             function = call.get("function")
             name = call.get("tool") or call.get("name")
             if isinstance(function, Mapping):
@@ -298,14 +296,9 @@ def _collect_call_ids(
                     "Move the tool call to the assistant message that makes it",
                     index,
                 )
-            call_id = block.get("id")
-            if not isinstance(call_id, str) or not call_id:
-                raise _fail(
-                    "has no string 'id'",
-                    f"content[{i}].id",
-                    "Give every tool_use block a unique id",
-                    index,
-                )
+            call_id = _require_id(
+                block.get("id"), f"content[{i}].id", "Give every tool_use block a unique id", index
+            )
             if call_id not in ids:  # Amplifier may carry the same call as block and list entry
                 ids.append(call_id)
     seen: set[str] = set()
@@ -319,6 +312,12 @@ def _collect_call_ids(
             )
         seen.add(call_id)
     return tuple(ids)
+
+
+def _require_id(value: Any, field: str, fix: str, index: int | None) -> str:
+    if not isinstance(value, str) or not value:
+        raise _fail("has no string 'id'", field, fix, index)
+    return value
 
 
 def _collect_result_ids(

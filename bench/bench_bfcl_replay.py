@@ -1,0 +1,449 @@
+"""Replay real BFCL multi-turn conversations through contextfold in a small window.
+
+Every conversation of a category (default ``long_context``: tool results up to ~20,000 tokens)
+grows one message at a time, and the view is requested the way an orchestrator requests it:
+before every assistant message and once at the end, with ``token_budget=window``. Per
+conversation and in total the bench reports:
+
+- requests, and requests contextfold refused with ``ContextLengthError`` (the protected content
+  alone, e.g. one tool result bigger than the window, cannot fit: refusing beats overflowing);
+- the largest request without contextfold (the whole history) and with it (the view sent);
+- compactions, the levels and rungs used;
+- views over the window (must be 0), views whose tool groups are broken (an orphan tool
+  result, or a call left unanswered before the tail: must be 0);
+- prefix reuse: the share of each view's leading messages identical to the previous view's,
+  in messages and weighted by tokens (what a provider's prompt cache could serve).
+
+Sizes are contextfold's own counts (exact o200k by default). The same conversations are also
+run through ``contextfold.cli.replay.replay_messages`` and every request it records must agree
+with this driver's (the two are independent implementations of the same loop).
+
+    uv run python bench/bench_bfcl_replay.py
+    uv run python bench/bench_bfcl_replay.py --window 16000 --json bench/out/replay.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bfcl_corpus import Conversation, build_corpus
+
+DEFAULT_WINDOW = 8_000
+
+
+# --------------------------------------------------------------------------- per request
+
+
+@dataclass
+class RequestRow:
+    message_index: int  # messages admitted when the request was made
+    full_tokens: int  # the whole history, counted by contextfold's counter
+    sent_tokens: int | None  # the delivered view (None: refused)
+    messages_sent: int | None
+    compacted: bool = False
+    level: int = 0
+    applied: list[str] = field(default_factory=list)
+    over_window: bool = False
+    group_problems: list[str] = field(default_factory=list)
+    prefix_messages: int = 0
+    prefix_share_messages: float = 0.0  # of this view's messages
+    prefix_tokens: int = 0
+    prefix_intact: bool = True  # the whole previous view is this view's prefix (cache-friendly)
+    refused: str = ""  # ContextLengthError text, when refused
+
+
+@dataclass
+class ConversationResult:
+    id: str
+    messages: int
+    rows: list[RequestRow]
+    replay_agrees: bool | None = None  # None: replay_messages unavailable
+    replay_note: str = ""
+
+    @property
+    def delivered(self) -> list[RequestRow]:
+        return [r for r in self.rows if r.refused == ""]
+
+    def summary(self) -> dict[str, Any]:
+        delivered = self.delivered
+        later = delivered[1:]
+        later_tokens = sum(r.sent_tokens or 0 for r in later)
+        return {
+            "id": self.id,
+            "messages": self.messages,
+            "requests": len(self.rows),
+            "refused": len(self.rows) - len(delivered),
+            "largest_full": max((r.full_tokens for r in self.rows), default=0),
+            "largest_sent": max((r.sent_tokens or 0 for r in delivered), default=0),
+            "compactions": sum(1 for r in delivered if r.compacted),
+            "levels": sorted({r.level for r in delivered if r.level}),
+            "rungs": sorted({rung for r in delivered for rung in r.applied}),
+            "over_window": sum(1 for r in delivered if r.over_window),
+            "broken_groups": sum(1 for r in delivered if r.group_problems),
+            "prefix_share_messages": (
+                statistics.fmean(r.prefix_share_messages for r in later) if later else None
+            ),
+            "prefix_share_tokens": (
+                sum(r.prefix_tokens for r in later) / later_tokens if later_tokens else None
+            ),
+            "prefix_breaks": sum(1 for r in later if not r.prefix_intact),
+            "replay_agrees": self.replay_agrees,
+        }
+
+
+def group_problems(view: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Tool-group integrity: every result answers a call of the assistant message that opens
+    its group, and every call is answered before the next non-tool message."""
+    problems: list[str] = []
+    open_calls: list[str] = []
+    for index, message in enumerate(view):
+        if message.get("role") == "tool":
+            call_id = message.get("tool_call_id")
+            if call_id in open_calls:
+                open_calls.remove(call_id)
+            else:
+                problems.append(f"orphan tool result {call_id!r} at {index}")
+            continue
+        if open_calls:
+            problems.append(f"calls {open_calls} unanswered before message {index}")
+        calls = (message.get("tool_calls") or []) if message.get("role") == "assistant" else []
+        open_calls = [call.get("id") for call in calls]
+    # Calls may stay open only when their assistant message is the very last one.
+    if open_calls and view and view[-1].get("role") != "assistant":
+        problems.append(f"calls {open_calls} unanswered at the end")
+    return problems
+
+
+def _common_prefix(previous: Sequence[Any], current: Sequence[Any]) -> int:
+    shared = 0
+    for old, new in zip(previous, current, strict=False):
+        if old is not new and old != new:
+            break
+        shared += 1
+    return shared
+
+
+class _CountCache:
+    """Per-message token counts, cached by object (views reuse the same dicts request after
+    request; the cache holds a reference so ids are never recycled)."""
+
+    def __init__(self, counter: Any) -> None:
+        self._counter = counter
+        self._cache: dict[int, tuple[Mapping[str, Any], int]] = {}
+
+    def __call__(self, message: Mapping[str, Any]) -> int:
+        hit = self._cache.get(id(message))
+        if hit is None:
+            hit = (message, self._counter.count_message(message))
+            self._cache[id(message)] = hit
+        return hit[1]
+
+
+async def replay_conversation(
+    conv: Conversation, config: Mapping[str, Any], window: int
+) -> ConversationResult:
+    from contextfold import ContextFold, ContextLengthError
+
+    ctx = ContextFold({**config})
+    count = _CountCache(ctx.counter)
+    rows: list[RequestRow] = []
+    previous: list[Mapping[str, Any]] = []
+    full = 0
+
+    async def request(admitted: int) -> None:
+        nonlocal previous
+        try:
+            view = await ctx.get_messages_for_request(token_budget=window)
+        except ContextLengthError as exc:
+            rows.append(RequestRow(admitted, full, None, None, refused=str(exc)))
+            return
+        report = ctx.last_report
+        shared = _common_prefix(previous, view) if previous else 0
+        rows.append(
+            RequestRow(
+                message_index=admitted,
+                full_tokens=full,
+                sent_tokens=report.tokens_after,
+                messages_sent=len(view),
+                compacted=report.compacted,
+                level=report.level,
+                applied=list(report.applied),
+                over_window=report.tokens_after > window,
+                group_problems=group_problems(view),
+                prefix_messages=shared,
+                prefix_share_messages=shared / len(view) if view and previous else 0.0,
+                prefix_tokens=sum(count(m) for m in view[:shared]),
+                prefix_intact=shared == len(previous),
+            )
+        )
+        previous = view
+
+    for index, message in enumerate(conv.messages):
+        if message["role"] == "assistant" and index > 0:
+            await request(index)
+        await ctx.add_message(dict(message))
+        full += count(conv.messages[index])
+    await request(len(conv.messages))
+    return ConversationResult(conv.id, len(conv.messages), rows)
+
+
+# --------------------------------------------------------------------------- cross-check
+
+
+def _replay_function() -> Any | None:
+    try:
+        from contextfold.cli.replay import replay_messages_async
+    except ImportError:
+        return None
+    return replay_messages_async
+
+
+async def cross_check(
+    result: ConversationResult,
+    conv: Conversation,
+    config: Mapping[str, Any],
+    window: int,
+    replay: Any,
+) -> None:
+    """Run the CLI's replay on the same conversation; its requests must match ours.
+
+    ``replay_messages`` stops at the first refused request (ours records it and goes on), so
+    the comparison covers every request up to that point.
+    """
+    from contextfold import ContextLengthError
+
+    theirs: list[Any] = []
+    stopped = False
+    try:
+        # window=None: the budget comes from max_tokens, i.e. token_budget=window here.
+        await replay(
+            conv.messages, {**config, "max_tokens": window}, None, on_request=theirs.append
+        )
+    except ContextLengthError:
+        stopped = True
+    ours = result.rows
+    if stopped:
+        first_refusal = next((i for i, r in enumerate(ours) if r.refused), None)
+        if first_refusal is None or len(theirs) != first_refusal:
+            result.replay_agrees = False
+            result.replay_note = "replay refused a request this driver delivered"
+            return
+        ours = ours[:first_refusal]
+        result.replay_note = f"replay stopped at the refused request {first_refusal + 1}"
+    elif len(ours) != len(theirs):
+        result.replay_agrees = False
+        result.replay_note = f"{len(ours)} requests here, {len(theirs)} in replay"
+        return
+    for mine, other in zip(ours, theirs, strict=True):
+        same = (
+            mine.sent_tokens == other.tokens_after
+            and mine.compacted == other.compacted
+            and mine.level == other.level
+            and mine.prefix_messages == other.prefix_messages
+        )
+        if not same:
+            result.replay_agrees = False
+            result.replay_note = f"request before message {mine.message_index} differs"
+            return
+    result.replay_agrees = True
+
+
+# --------------------------------------------------------------------------- totals
+
+
+def totals(results: list[ConversationResult], window: int, category: str) -> dict[str, Any]:
+    rows = [r for res in results for r in res.rows]
+    delivered = [r for r in rows if not r.refused]
+    later = [r for res in results for r in res.delivered[1:]]
+    later_tokens = sum(r.sent_tokens or 0 for r in later)
+    levels = Counter(r.level for r in delivered if r.compacted)
+    rungs = Counter(rung for r in delivered for rung in r.applied)
+    agree = [res.replay_agrees for res in results if res.replay_agrees is not None]
+    full_total = sum(r.full_tokens for r in delivered)
+    sent_total = sum(r.sent_tokens or 0 for r in delivered)
+    return {
+        "category": category,
+        "window": window,
+        "conversations": len(results),
+        "conversations_with_refusals": sum(
+            1 for res in results if len(res.delivered) < len(res.rows)
+        ),
+        "requests": len(rows),
+        "requests_refused": len(rows) - len(delivered),
+        "largest_full": max((r.full_tokens for r in rows), default=0),
+        "largest_sent": max((r.sent_tokens or 0 for r in delivered), default=0),
+        "requests_over_window_without_contextfold": sum(1 for r in rows if r.full_tokens > window),
+        "compactions": sum(1 for r in delivered if r.compacted),
+        "levels_used": dict(sorted(levels.items())),
+        "rungs_used": dict(rungs.most_common()),
+        "views_over_window": sum(1 for r in delivered if r.over_window),
+        "views_with_broken_groups": sum(1 for r in delivered if r.group_problems),
+        "tokens_full_total": full_total,
+        "tokens_sent_total": sent_total,
+        "saved_share": 1 - sent_total / full_total if full_total else 0.0,
+        "prefix_share_messages": statistics.fmean(r.prefix_share_messages for r in later)
+        if later
+        else None,
+        "prefix_share_tokens": sum(r.prefix_tokens for r in later) / later_tokens
+        if later_tokens
+        else None,
+        "prefix_breaks": sum(1 for r in later if not r.prefix_intact),
+        "prefix_compared": len(later),
+        "replay_checked": len(agree),
+        "replay_agrees": sum(1 for a in agree if a),
+    }
+
+
+# --------------------------------------------------------------------------- output
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def print_report(
+    results: list[ConversationResult], summary: dict[str, Any], show: int, seconds: float
+) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    # A fixed width when piped (rich would default to 80 columns and squash the table).
+    console = Console(width=None if sys.stdout.isatty() else 150)
+    rows = sorted((r.summary() for r in results), key=lambda s: -s["largest_full"])
+    shown = rows if show == 0 else rows[:show]
+    table = Table(
+        title=f"BFCL {summary['category']} replay, window {summary['window']:,} tokens "
+        f"({len(shown)} of {len(rows)} conversations, largest first)"
+    )
+    columns = (
+        "id", "msgs", "reqs", "refused", "max full", "max sent", "compact",
+        "levels", "over", "broken", "prefix msgs", "prefix tok", "prefix breaks", "replay",
+    )  # fmt: skip
+    for column in columns:
+        table.add_column(column, justify="left" if column == "id" else "right")
+    for s in shown:
+        table.add_row(
+            s["id"].removeprefix(f"multi_turn_{summary['category']}_"),
+            str(s["messages"]),
+            str(s["requests"]),
+            str(s["refused"] or ""),
+            f"{s['largest_full']:,}",
+            f"{s['largest_sent']:,}",
+            str(s["compactions"]),
+            ",".join(map(str, s["levels"])) or "-",
+            str(s["over_window"]),
+            str(s["broken_groups"]),
+            _pct(s["prefix_share_messages"]),
+            _pct(s["prefix_share_tokens"]),
+            str(s["prefix_breaks"]),
+            {True: "same", False: "DIFFERS", None: "-"}[s["replay_agrees"]],
+        )
+    console.print(table)
+    t = summary
+    lines = [
+        f"conversations              {t['conversations']}"
+        f" ({t['conversations_with_refusals']} with refused requests)",
+        f"requests                   {t['requests']:,} ({t['requests_refused']} refused:"
+        " protected content alone exceeds the window)",
+        f"largest request            {t['largest_full']:,} tokens without contextfold, "
+        f"{t['largest_sent']:,} with it (window {t['window']:,})",
+        f"requests over the window   {t['requests_over_window_without_contextfold']:,} without"
+        f" contextfold, {t['views_over_window']} with it",
+        f"compactions                {t['compactions']:,}; levels {t['levels_used']}",
+        f"rungs used                 {t['rungs_used']}",
+        f"views with broken groups   {t['views_with_broken_groups']}",
+        f"tokens sent                {t['tokens_sent_total']:,} of {t['tokens_full_total']:,}"
+        f" ({t['saved_share']:.1%} saved)",
+        f"prefix reuse               {_pct(t['prefix_share_messages'])} of messages,"
+        f" {_pct(t['prefix_share_tokens'])} of tokens identical to the previous view;"
+        f" previous view kept whole as prefix in {t['prefix_compared'] - t['prefix_breaks']:,}"
+        f" of {t['prefix_compared']:,} requests",
+        f"replay_messages agrees     on {t['replay_agrees']} of {t['replay_checked']}"
+        " conversations (requests up to its first refusal)",
+        f"wall time                  {seconds:.1f} s",
+    ]
+    console.print("\n".join(lines), highlight=False)
+
+
+def _json_report(results: list[ConversationResult], summary: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "totals": summary,
+        "conversations": [
+            res.summary() | {"replay_note": res.replay_note, "rows": [asdict(r) for r in res.rows]}
+            for res in results
+        ],
+    }
+
+
+# --------------------------------------------------------------------------- main
+
+
+async def run(
+    conversations: list[Conversation], config: dict[str, Any], window: int, check: bool
+) -> list[ConversationResult]:
+    replay = _replay_function() if check else None
+    results = []
+    for conv in conversations:
+        result = await replay_conversation(conv, config, window)
+        if replay is not None:
+            await cross_check(result, conv, config, window, replay)
+        results.append(result)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--category", default="long_context", help="BFCL multi-turn category")
+    parser.add_argument("--limit", type=int, default=None, help="replay at most N conversations")
+    parser.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="token budget")
+    parser.add_argument(
+        "--config",
+        default="{}",
+        help="contextfold config as JSON, e.g. '{\"truncate_chars\": 500}'",
+    )
+    parser.add_argument("--show", type=int, default=20, help="conversations in the table (0: all)")
+    parser.add_argument(
+        "--no-check", action="store_true", help="skip the cross-check with replay_messages"
+    )
+    parser.add_argument("--json", type=Path, help="also write every request to this JSON file")
+    args = parser.parse_args(argv)
+    if args.window < 1:
+        parser.error("--window must be a positive number of tokens")
+    try:
+        config = json.loads(args.config)
+    except json.JSONDecodeError as exc:
+        parser.error(f"--config is not valid JSON: {exc}")
+    if not isinstance(config, dict):
+        parser.error("--config must be a JSON object of contextfold settings")
+
+    started = time.perf_counter()
+    try:
+        corpus = build_corpus(args.category, args.limit)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if corpus.skipped:
+        print(f"skipped {len(corpus.skipped)} conversations (simulator missing)", file=sys.stderr)
+    results = asyncio.run(run(corpus.conversations, config, args.window, not args.no_check))
+    summary = totals(results, args.window, args.category)
+    print_report(results, summary, args.show, time.perf_counter() - started)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(_json_report(results, summary), indent=1) + "\n")
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
