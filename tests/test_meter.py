@@ -91,3 +91,32 @@ async def test_failing_event_handler_never_breaks_a_request(caplog) -> None:
     view = await ctx.get_messages_for_request(token_budget=12_000)
     assert view and ctx.last_report.compacted
     assert "observer bug" in caplog.text or "failed; ignored" in caplog.text
+
+
+async def test_sdk_usage_shapes_are_understood() -> None:
+    from anthropic.types import Usage as AnthropicUsage
+    from openai.types.completion_usage import CompletionUsage, PromptTokensDetails
+
+    ctx = ContextFold(token_counter="heuristic")
+    await ctx.set_messages(agent_run(2))
+    await ctx.get_messages_for_request(token_budget=100_000)
+    # Anthropic: input_tokens is only the uncached part.
+    anthropic = AnthropicUsage(
+        input_tokens=10,
+        output_tokens=5,
+        cache_creation_input_tokens=300,
+        cache_read_input_tokens=2000,
+    )
+    await ctx.on_llm_response({"usage": anthropic, "model": "claude-x"})
+    await ctx.get_messages_for_request(token_budget=100_000)
+    assert ctx.token_meter_stats.last_actual == 2310
+    # OpenAI: prompt_tokens already includes cached tokens.
+    openai = CompletionUsage(
+        prompt_tokens=1234,
+        completion_tokens=5,
+        total_tokens=1239,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=1000),
+    )
+    await ctx.on_llm_response({"usage": openai, "model": "gpt-4o"})
+    await ctx.get_messages_for_request(token_budget=100_000)
+    assert ctx.token_meter_stats.last_actual == 1234
