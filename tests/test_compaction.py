@@ -160,8 +160,17 @@ async def test_protected_floor_over_budget_raises_and_commits_nothing() -> None:
         await ctx.get_messages_for_request(token_budget=5_000)
     assert err.value.budget == 5_000 and err.value.required_tokens > 5_000
     assert "5,000" in str(err.value) and "protected" in str(err.value)
+    assert "message 1 (human, first human prompt)" in str(err.value)
     assert not [e for e, _ in events if e in ("context:compaction", "context:report")]
     assert await ctx.get_messages_for_request(token_budget=200_000) == history
+
+
+async def test_oversized_protected_tool_result_error_names_the_fix() -> None:
+    ctx, _ = make()
+    await ctx.set_messages([SYSTEM, human("read"), *tool_round(1, result_chars=60_000)])
+    with pytest.raises(ContextLengthError, match="max_tool_result_bytes") as err:
+        await ctx.get_messages_for_request(token_budget=8_000)
+    assert "message 3 (tool_result" in str(err.value)
 
 
 async def test_hard_fit_targets_the_budget_itself() -> None:

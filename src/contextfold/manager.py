@@ -249,17 +249,7 @@ class ContextFold:
             after = math.ceil(after_raw * ratio) + overhead
             if after > decision.effective_budget:
                 # Protected content alone cannot fit: fail loudly, commit nothing.
-                raise context_length_error(
-                    f"context-fold: the protected content of this conversation needs about "
-                    f"{after:,} tokens but the effective budget is {decision.effective_budget:,} "
-                    f"(source: {decision.source}; {len(history)} messages in history, "
-                    f"{len(history.units) - len(result.state.removed_units)} turns that cannot "
-                    "be removed further). Raise max_tokens or use a model with a larger window, "
-                    "lower protected_recent / protected_tool_results, or start a new session.",
-                    required_tokens=after,
-                    budget=decision.effective_budget,
-                    model=model,
-                )
+                raise self._floor_error(result, decision, after, model)
             if (
                 result.changed
                 or result.state.removed_units != self._state.removed_units
@@ -305,6 +295,47 @@ class ContextFold:
             estimate,
             after_estimate,
             ratio,
+        )
+
+    def _floor_error(
+        self, result: PassResult, decision: BudgetDecision, needed: int, model: str | None
+    ) -> Exception:
+        """ContextLengthError naming the numbers, the largest protected message and the fix."""
+        history = self._history
+        kept_units = len(history.units) - len(result.state.removed_units)
+        largest = ""
+        protection = result.protection
+        if protection is not None:
+            best: tuple[int, int, str] | None = None  # (cost, index, reason)
+            for index, entry in enumerate(history.entries):
+                reason = protection.entry_reason(index)
+                if not reason or entry.unit in result.state.removed_units:
+                    continue
+                cost = result.state.truncated.get(index, (None, entry.cost))[1]
+                if best is None or cost > best[0]:
+                    best = (cost, index, reason)
+            if best is not None:
+                cost, index, reason = best
+                kind = history.entries[index].info.kind.value
+                largest = (
+                    f" The largest protected message is message {index} ({kind}, "
+                    f"{reason.replace('_', ' ')}) at about {cost:,} tokens."
+                )
+                if kind == "tool_result":
+                    largest += (
+                        " Lower max_tool_result_bytes so one tool result fits the window "
+                        "(about 4 bytes per token)."
+                    )
+        return context_length_error(
+            f"context-fold: the protected content of this conversation needs about "
+            f"{needed:,} tokens but the effective budget is {decision.effective_budget:,} "
+            f"(source: {decision.source}; {len(history)} messages in history, {kept_units} "
+            f"turns left that cannot be removed).{largest} Raise max_tokens or use a model "
+            "with a larger window, lower protected_recent / protected_tool_results, or start "
+            "a new session.",
+            required_tokens=needed,
+            budget=decision.effective_budget,
+            model=model,
         )
 
     def _measure(self, estimate: int, view_raw: int, ratio: float) -> tuple[int, str]:
