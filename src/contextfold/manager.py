@@ -229,8 +229,12 @@ class ContextFold:
             for i in retained
         )
 
+        # The notice rides on its own reserve (already taken out of `usable`), so the trigger
+        # compares the messages alone; counting the notice too would re-trigger a view the
+        # last pass left just under the trigger.
+        messages_size = measured - math.ceil(self._notice_cost * ratio)
         result: PassResult | None = None
-        if measured > trigger or restore:
+        if messages_size > trigger or restore:
             result = run_pass(
                 history,
                 self._state,
