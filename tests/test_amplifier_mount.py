@@ -32,6 +32,8 @@ async def test_mount_registers_context_events_and_meter() -> None:
     cleanup = await mount(coordinator, {"max_tokens": 12_000, "token_counter": "heuristic"})
     context = coordinator.get("context")
     assert isinstance(context, ContextFold)
+    retention = coordinator.get_capability("context.request_retention")
+    assert retention["required_reminders"] is True and retention["hard_fit"] is True
     await context.set_messages(agent_run(40, result_chars=3000))
     view = await context.get_messages_for_request()
     assert len(view) < len(await context.get_messages())

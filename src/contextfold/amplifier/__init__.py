@@ -17,6 +17,11 @@ from contextfold.manager import ContextFold
 logger = logging.getLogger(__name__)
 
 MODULE_ID = "context-fold"
+# The contract's optional capability: orchestrators that see it may pass
+# required_reminders=[...] (persisted reminder bodies that must reach the model complete)
+# and hard_fit=True (a provider-directed forced refit) to get_messages_for_request.
+REQUEST_RETENTION = "context.request_retention"
+REQUEST_RETENTION_SPEC = {"required_reminders": True, "hard_fit": True, "module": MODULE_ID}
 METER_PRIORITY = 90  # observe usage late, after hooks that might adjust the payload
 
 
@@ -46,6 +51,12 @@ async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> Calla
                 "llm:response", on_llm_response, priority=METER_PRIORITY, name="context-fold-meter"
             )
         )
+    register_capability = getattr(coordinator, "register_capability", None)
+    if callable(register_capability):
+        try:
+            register_capability(REQUEST_RETENTION, dict(REQUEST_RETENTION_SPEC))
+        except Exception:
+            logger.debug("context-fold: could not register %s", REQUEST_RETENTION, exc_info=True)
     register_contributor = getattr(coordinator, "register_contributor", None)
     if callable(register_contributor):
         try:
@@ -64,4 +75,4 @@ async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> Calla
     return cleanup
 
 
-__all__ = ["MODULE_ID", "mount"]
+__all__ = ["MODULE_ID", "REQUEST_RETENTION", "mount"]
