@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from contextfold import ContextFold, ContextLengthError
@@ -300,3 +302,53 @@ async def test_openai_view_is_valid_for_the_sdk() -> None:
     view = await ctx.get_messages_for_request(token_budget=10_000)
     assert ctx.last_report.compacted
     TypeAdapter(list[ChatCompletionMessageParam]).validate_python(strip_metadata(view))
+
+
+async def test_floor_above_trigger_waits_for_the_limit_instead_of_churning() -> None:
+    ctx, events = make(protected_recent=0.0, protected_tool_results=3)
+    probe = tool_round(0, result_chars=4000)
+    per_round = sum(ctx.counter.count_message(m) for m in probe)
+    head = ctx.counter.count_message(SYSTEM) + ctx.counter.count_message(human("go"))
+    floor = head + 3 * per_round  # the last three results and their calls are protected
+    usable = math.ceil(floor / 0.97)  # floor between the trigger (0.92) and the limit
+    budget = usable + 800
+    await ctx.add_message(SYSTEM)
+    await ctx.add_message(human("go"))
+    for n in range(6):
+        for m in tool_round(n, result_chars=4000):
+            await ctx.add_message(m)
+    await ctx.get_messages_for_request(token_budget=budget)
+    r = ctx.last_report
+    assert r.compacted and r.floor_bound and r.tokens_after > r.trigger
+    # Small additions that keep the view under the limit no longer re-run a pass...
+    passes = len([e for e, _ in events if e == "context:compaction"])
+    before = await ctx.get_messages_for_request(token_budget=budget)
+    await ctx.add_message(reply("noted"))
+    after = await ctx.get_messages_for_request(token_budget=budget)
+    assert not ctx.last_report.compacted and after[: len(before)] == before
+    assert len([e for e, _ in events if e == "context:compaction"]) == passes
+    # ...and a view that outgrows the limit is compacted again.
+    for m in tool_round(99, result_chars=4000):
+        await ctx.add_message(m)
+    view = await ctx.get_messages_for_request(token_budget=budget)
+    assert ctx.last_report.compacted and ctx.last_report.tokens_after <= budget
+    assert_pairing(view)
+
+
+async def test_a_pass_never_makes_a_fitting_request_bigger() -> None:
+    # One small removable message and a large protected rest: removing it saves less
+    # than the notice would cost.
+    ctx, events = make(protected_recent=0.0, protected_tool_results=2)
+    messages = [
+        SYSTEM,
+        human("go"),
+        reply("ok"),
+        *tool_round(1, result_chars=6000),
+        *tool_round(2, result_chars=6000),
+    ]
+    await ctx.set_messages(messages)
+    size = sum(ctx.counter.count_message(m) for m in messages)
+    budget = math.ceil(size / 0.95) + 800  # over the trigger, under the limit
+    view = await ctx.get_messages_for_request(token_budget=budget)
+    assert view == messages and not ctx.last_report.compacted
+    assert not [e for e, _ in events if e == "context:compaction"]

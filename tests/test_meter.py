@@ -120,3 +120,12 @@ async def test_sdk_usage_shapes_are_understood() -> None:
     await ctx.on_llm_response({"usage": openai, "model": "gpt-4o"})
     await ctx.get_messages_for_request(token_budget=100_000)
     assert ctx.token_meter_stats.last_actual == 1234
+
+
+async def test_zero_usage_is_recorded_but_not_learned_from() -> None:
+    ctx = ContextFold(token_counter="calibrated")
+    await ctx.set_messages(agent_run(2))
+    await ctx.get_messages_for_request(token_budget=100_000)
+    await ctx.on_llm_response({"usage": usage(0), "model": "gpt-4o"})
+    await ctx.get_messages_for_request(token_budget=100_000)
+    assert ctx.token_meter_stats.last_actual == 0 and ctx.last_report.ratio == 1.0

@@ -1,14 +1,17 @@
-"""Property tests: counts ignore dict key order, and no valid-shaped message makes a counter raise."""
+"""Property tests: key order never changes a count, and no valid-shaped message raises."""
 
 from __future__ import annotations
 
 import random
+from types import MappingProxyType
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contextfold.tokens import ExactCounter, HeuristicCounter, serialize_message
+from contextfold.tokens.heuristic import WEIGHTS, character_classes, estimate_text_tokens
 
 HEURISTIC = HeuristicCounter()
 EXACT = ExactCounter()
@@ -108,3 +111,28 @@ def test_valid_shaped_messages_never_raise(message: dict[str, Any]) -> None:
 @given(st.text(), st.text())
 def test_heuristic_text_count_is_monotone_under_concatenation(a: str, b: str) -> None:
     assert HEURISTIC.count_text(a + b) >= max(HEURISTIC.count_text(a), HEURISTIC.count_text(b))
+
+
+plain_messages = st.fixed_dictionaries(
+    {"role": st.sampled_from(["system", "user", "assistant", "tool"]), "content": st.text()},
+    optional={
+        "name": st.text(max_size=8),
+        "tool_call_id": st.text(max_size=8),
+        "metadata": json_values,
+    },
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(plain_messages)
+def test_heuristic_fast_path_agrees_with_the_general_walk(message: dict[str, Any]) -> None:
+    # A read-only mapping is not a dict, so it takes the general path.
+    assert HEURISTIC.count_message(message) == HEURISTIC.count_message(MappingProxyType(message))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text())
+def test_heuristic_estimate_is_the_weighted_class_count(text: str) -> None:
+    expected = sum(w * n for w, n in zip(WEIGHTS, character_classes(text), strict=True))
+    assert estimate_text_tokens(text) == pytest.approx(expected)
+    assert sum(character_classes(text)) == len(text.encode("utf-8", "replace"))

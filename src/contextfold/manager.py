@@ -83,6 +83,9 @@ class ContextFold:
         self._view: list[dict[str, Any]] = [e.message for e in history.entries]
         self._view_raw = history.raw_total
         self._removed_messages = 0
+        # Set when the last pass could not get under the trigger because of protection: the
+        # next pass then waits for the hard limit instead of re-running on every request.
+        self._floor_bound = False
         self._reminders: dict[str, int] = {}
         for index, entry in enumerate(history.entries):
             self._index_reminder(index, entry.info.reminder, entry.message)
@@ -175,9 +178,10 @@ class ContextFold:
             view_raw=self._last_delivered_raw,
         )
         self._last_reading = reading
-        if isinstance(self.counter, CalibratedCounter) and reading.view_raw:
+        # A zero reading (an error response, a cached no-op) teaches nothing about the ratio.
+        if isinstance(self.counter, CalibratedCounter) and reading.view_raw and reading.actual > 0:
             update = self.counter.observe(model, reading.view_raw, reading.actual)
-            await self._events.emit(CALIBRATION, _as_dict(update))
+            await self._events.emit(CALIBRATION, update.to_event())
 
     # -- the request path ------------------------------------------------------------------
 
@@ -233,8 +237,12 @@ class ContextFold:
         # compares the messages alone; counting the notice too would re-trigger a view the
         # last pass left just under the trigger.
         messages_size = measured - math.ceil(self._notice_cost * ratio)
+        # When protection held the last pass above the trigger, compacting again at the
+        # trigger would re-run a pass on nearly every request, each rewriting the prompt
+        # prefix for a few tokens. Wait for the hard limit instead (still inside the budget).
+        fires_at = usable if self._floor_bound else trigger
         result: PassResult | None = None
-        if messages_size > trigger or restore:
+        if messages_size > fires_at or restore:
             result = run_pass(
                 history,
                 self._state,
@@ -254,14 +262,21 @@ class ContextFold:
             if after > decision.effective_budget:
                 # Protected content alone cannot fit: fail loudly, commit nothing.
                 raise self._floor_error(result, decision, after, model)
-            if (
+            changed = (
                 result.changed
                 or result.state.removed_units != self._state.removed_units
                 or result.state.truncated.keys() != self._state.truncated.keys()
-            ):
+            )
+            fits_already = estimate <= decision.effective_budget
+            if changed and (after_raw < before_raw or restore or not fits_already):
                 self._commit(result)
             else:
-                result = None  # the floor is already reached: nothing new to commit or report
+                # Nothing new to commit, or a pass that would make the request bigger (a
+                # notice costing more than it saved) on a view that fits as it stands.
+                result = None
+            self._floor_bound = (
+                math.ceil(self._view_raw * ratio) + overhead > trigger and not hard_fit
+            )
             after_estimate = math.ceil((self._view_raw + self._notice_cost) * ratio)
         else:
             after_estimate = estimate
@@ -418,6 +433,7 @@ class ContextFold:
             ratio=round(ratio, 4),
             removed_total=self._removed_messages,
             truncated_total=len(self._state.truncated),
+            floor_bound=self._floor_bound,
         )
 
     def _deliver(
@@ -495,11 +511,3 @@ def _plain_text(content: Any) -> str:
             if isinstance(b, Mapping) and b.get("type") == "text"
         )
     return ""
-
-
-def _as_dict(value: Any) -> dict[str, Any]:
-    if isinstance(value, Mapping):
-        return dict(value)
-    from dataclasses import asdict, is_dataclass
-
-    return asdict(value) if is_dataclass(value) else {"value": value}

@@ -27,6 +27,7 @@ class RequestReport:
     ratio: float = 1.0  # calibration ratio applied to raw counts
     removed_total: int = 0  # messages out of the view (sticky, all passes so far)
     truncated_total: int = 0  # messages shortened in the view (sticky)
+    floor_bound: bool = False  # protection holds the view above the trigger; next pass at the limit
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

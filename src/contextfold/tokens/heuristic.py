@@ -1,15 +1,18 @@
 """A fast token estimate that needs no vocabulary.
 
 The old estimator, ``len(str(message)) // 4``, read Python's ``repr`` of the dict (quotes,
-escapes, key names, base64 images) and was about 2x off real usage. This one reads the
-canonical serialisation from :mod:`contextfold.tokens.serialize` and weighs characters by
-class, because BPE tokenizers spend tokens very differently on them: an English word of five
-letters is one token, ``3300.0`` is three, and ``", "`` in JSON is usually one or two on its
-own. The weights below were fitted (least squares, each corpus weighted equally) against
-exact ``o200k_base`` counts on BFCL tool conversations, Python stdlib source and stdlib
-docstrings, and CJK text from the stdlib's ``test/cjkencodings``; ``bench/bench_tokens.py``
-reports the error they leave. Counting classes costs a handful of C-level passes over the
-bytes (encode, translate, count), so it stays far cheaper than running BPE.
+escapes, key names, base64 images) and was far off real usage. This one reads the canonical
+serialisation from :mod:`contextfold.tokens.serialize` and weighs its UTF-8 bytes by class,
+because BPE tokenizers spend tokens very differently on them: a five-letter English word is one
+token, ``3300.25`` is three, and JSON punctuation is often a token of its own.
+
+The weights were fitted by ``uv run python bench/bench_tokens.py --fit`` (least squares, each
+training corpus weighing the same) against exact ``o200k_base`` counts on data the benchmark
+never measures: BFCL's ``miss_func``/``miss_param`` conversations and tool schemas, stdlib
+sub-package sources and docstrings, and the CJK samples of the stdlib's ``test/cjkencodings``.
+Counting classes is a handful of C-level passes over the bytes (encode, translate, count), so
+it stays far cheaper than running BPE. What the weights cannot see (the vocabulary) is left
+to calibration.
 """
 
 from __future__ import annotations
@@ -35,11 +38,11 @@ from contextfold.tokens.serialize import message_parts
 __all__ = ["WEIGHTS", "HeuristicCounter", "character_classes", "estimate_text_tokens"]
 
 # Tokens per byte of each class (see the module docstring for where they come from).
-_PER_LETTER = 0.22
-_PER_DIGIT = 0.75
-_PER_PUNCT = 0.64
-_PER_SPACE = 0.12  # spaces, tabs and newlines: mostly merged into the next word
-_PER_HIGH_BYTE = 0.29  # UTF-8 bytes >= 0x80: ~0.9 token per CJK character, ~0.6 per accented
+_PER_LETTER = 0.158  # ~6 letters per token: common words are one token with their space
+_PER_DIGIT = 0.956  # numbers split into groups of at most 3 digits, often fewer
+_PER_PUNCT = 0.494
+_PER_SPACE = 0.351  # spaces, tabs, newlines (incl. the ones joining a message's pieces)
+_PER_HIGH_BYTE = 0.268  # UTF-8 bytes >= 0x80: ~0.8 token per CJK character
 
 
 def _class_table() -> bytes:

@@ -39,7 +39,7 @@ _HANDLED_MESSAGE_KEYS = frozenset(
     {"metadata", "role", "content", "name", "tool_call_id", "tool_calls"}
 )
 # Block keys that are transport details, not prompt text.
-_SKIPPED_BLOCK_KEYS = frozenset({"cache_control", "visibility", "signature", "citations"})
+_SKIPPED_BLOCK_KEYS = frozenset({"cache_control", "visibility", "signature"})
 _TEXT_BLOCKS = frozenset({"text", "input_text", "output_text", "summary_text", "refusal"})
 _TOOL_CALL_BLOCKS = frozenset({"tool_call", "tool_use", "server_tool_use", "function_call"})
 

@@ -1,0 +1,231 @@
+"""`contextfold demo` end to end: two real Amplifier sessions, their numbers, the files written.
+
+The demo runs once per module (30 steps in a 12,000-token window, a few seconds); the tests
+read its printout, its JSON and its chart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contextfold.cli import EXIT_BAD_INPUT, EXIT_DOES_NOT_FIT, EXIT_OK, main
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+STEPS = 30
+WINDOW = 12_000
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: int
+    out: str
+    err: str
+    folder: Path
+
+
+def run_main(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(list(argv))
+    return status, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
+    folder = tmp_path_factory.mktemp("demo")
+    status, out, err = run_main(
+        "demo", "--steps", str(STEPS), "--window", str(WINDOW), "--out", str(folder), "--quiet"
+    )
+    return Outcome(status, out, err, folder)
+
+
+@pytest.fixture(scope="module")
+def numbers(demo: Outcome) -> dict[str, Any]:
+    return json.loads((demo.folder / "demo.json").read_text(encoding="utf-8"))
+
+
+def test_demo_succeeds_quietly(demo: Outcome) -> None:
+    assert demo.status == EXIT_OK, demo.err
+    assert demo.err == ""  # --quiet: no progress bar, and nothing went wrong
+
+
+def test_demo_writes_a_png_chart_and_json(demo: Outcome, numbers: dict[str, Any]) -> None:
+    chart = demo.folder / "requests.png"
+    assert chart.read_bytes()[:8] == PNG_MAGIC
+    assert numbers["settings"]["steps"] == STEPS
+    assert numbers["settings"]["window"] == WINDOW
+    # The printout names the folder and both files, so a person can open them.
+    assert str(chart) in demo.out
+    assert str(demo.folder / "demo.json") in demo.out
+    assert f"output folder: {demo.folder}" in demo.out
+
+
+def test_both_runs_are_real_amplifier_sessions(numbers: dict[str, Any]) -> None:
+    plans = numbers["mount_plans"]
+    for name, plan in plans.items():
+        assert plan["session"] == {"orchestrator": "loop-fold", "context": "context-fold"}
+        provider = plan["providers"][0]
+        assert provider["module"] == "provider-scripted"
+        assert provider["config"]["enforce_window"] is (name == "managed")
+        assert plan["tools"][0]["module"] == "tool-doc-lookup"
+    assert plans["unmanaged"]["context"]["config"] == {"compaction_enabled": False}
+    assert plans["managed"]["context"]["config"] == {}
+
+
+def test_managed_run_stays_inside_the_window_and_unmanaged_does_not(
+    numbers: dict[str, Any],
+) -> None:
+    unmanaged, managed = numbers["runs"]["unmanaged"], numbers["runs"]["managed"]
+    limit = managed["input_limit"]
+    assert limit == unmanaged["input_limit"] < WINDOW  # the output reserve is kept free
+
+    assert unmanaged["largest_request"] > limit
+    assert unmanaged["overflowed"] is True
+    assert unmanaged["compactions"] == 0
+
+    assert all(point["tokens"] <= limit for point in managed["points"])
+    assert managed["largest_request"] <= limit
+    assert managed["overflowed"] is False
+    assert not any(point["rejected"] for point in managed["points"])
+    assert managed["compactions"] > 0
+    assert managed["levels_used"] and managed["rungs_used"]
+    assert managed["trigger"] < managed["budget"] < limit
+
+
+def test_both_runs_do_the_whole_task_and_keep_the_whole_history(numbers: dict[str, Any]) -> None:
+    for run in numbers["runs"].values():
+        assert run["requests"] == STEPS + 1  # one per lookup, then the final answer
+        assert run["completed"] is True
+        assert run["final_text"] == f"Done: I looked up all {STEPS} topics."
+        # system + task + (assistant, tool result) per step + the final answer
+        assert run["expected_messages"] == 2 + 2 * STEPS + 1
+        assert run["history_messages"] == run["expected_messages"]
+        assert run["missing_tool_results"] == 0
+        assert run["history_kept"] is True
+
+
+def test_numbers_are_consistent(numbers: dict[str, Any]) -> None:
+    for run in numbers["runs"].values():
+        points = run["points"]
+        assert run["requests"] == len(points)
+        assert run["largest_request"] == max(p["tokens"] for p in points)
+        assert run["tokens_sent"] == sum(p["tokens"] for p in points)
+        reads = sum(p["cache_read_tokens"] for p in points)
+        assert run["cache_share"] == pytest.approx(reads / run["tokens_sent"], abs=1e-4)
+        assert run["compactions"] == sum(1 for p in points if p["compacted"])
+    unmanaged, managed = numbers["runs"]["unmanaged"], numbers["runs"]["managed"]
+    # Without compaction each request repeats the previous one and grows by what was added.
+    sizes = [p["tokens"] for p in unmanaged["points"]]
+    assert sizes == sorted(sizes)
+    assert managed["tokens_sent"] < unmanaged["tokens_sent"]
+    # Until the first compaction both runs send exactly the same requests.
+    first = next(i for i, p in enumerate(managed["points"]) if p["compacted"])
+    assert [p["tokens"] for p in managed["points"][:first]] == sizes[:first]
+
+
+def test_table_shows_both_runs_side_by_side(demo: Outcome, numbers: dict[str, Any]) -> None:
+    unmanaged, managed = numbers["runs"]["unmanaged"], numbers["runs"]["managed"]
+    for label in (
+        "without compaction",
+        "with context-fold",
+        "largest request",
+        "requests made",
+        "compactions",
+        "tokens sent in total",
+        "input served from cache",
+        "full history kept",
+        "request over the window",
+    ):
+        assert label in demo.out
+    assert f"{unmanaged['largest_request']:,}" in demo.out
+    assert f"{managed['largest_request']:,}" in demo.out
+    assert f"{managed['tokens_sent']:,}" in demo.out
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["--window", "5000"], "--window 5000 is too small"),
+        (["--result-chars", "50"], "--result-chars must be at least"),
+    ],
+)
+def test_bad_options_get_one_line(tmp_path: Path, argv: list[str], fragment: str) -> None:
+    status, out, err = run_main("demo", *argv, "--out", str(tmp_path))
+    assert status == EXIT_BAD_INPUT
+    assert err.strip().splitlines() == [err.strip()]
+    assert err.startswith("contextfold: error: ") and fragment in err
+    assert out == ""
+
+
+def test_out_that_is_a_file_is_refused_before_running(tmp_path: Path) -> None:
+    taken = tmp_path / "taken"
+    taken.write_text("")
+    status, out, err = run_main("demo", "--out", str(taken), "--quiet")
+    assert status == EXIT_BAD_INPUT
+    assert err.startswith("contextfold: error: --out: ") and "not a folder" in err
+    assert out == ""
+
+
+@pytest.mark.parametrize("argv", [["--steps", "0"], ["--window", "lots"]])
+def test_malformed_numbers_are_usage_errors(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        run_main("demo", *argv)
+    assert caught.value.code == EXIT_BAD_INPUT
+
+
+def test_a_window_too_small_for_the_task_exits_1(tmp_path: Path) -> None:
+    status, out, err = run_main(
+        "demo", "--steps", "3", "--window", "6000", "--out", str(tmp_path), "--quiet"
+    )
+    assert status == EXIT_DOES_NOT_FIT
+    line = err.strip()
+    assert "\n" not in line and "Traceback" not in line
+    assert "cannot fit a 6,000-token window" in line
+    assert out == ""
+
+
+def test_help_lists_the_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["--help"])
+    assert caught.value.code == 0
+    out = capsys.readouterr().out
+    assert "demo" in out and "replay" in out and "exit status" in out
+
+
+def test_no_subcommand_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == EXIT_BAD_INPUT
+    assert "usage: contextfold" in capsys.readouterr().out
+
+
+def test_version_through_python_dash_m_without_heavy_imports() -> None:
+    version = subprocess.run(
+        [sys.executable, "-m", "contextfold.cli", "--version"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.startswith("contextfold ")
+    # Parsing the command line (what --help and --version do) must not pay for the imports
+    # a subcommand needs.
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from contextfold.cli import build_parser; build_parser(); "
+            "print(sorted(m for m in ('matplotlib', 'rich') if m in sys.modules))",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert probe.stdout.strip() == "[]", probe.stderr

@@ -1,0 +1,505 @@
+"""`contextfold replay` end to end: every accepted format, config handling, bad input, outputs.
+
+Most tests call ``main([...])`` in-process (fast); one runs the installed console script and
+one ``python -m contextfold.cli`` to prove the real entry points work.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contextfold.cli import EXIT_BAD_INPUT, EXIT_DOES_NOT_FIT, EXIT_OK, main
+from contextfold.cli.readers import read_conversation
+from contextfold.cli.replay import ReplayError, replay_messages, replay_messages_async
+from support import SYSTEM, agent_run, human, reply, tool_round
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(["replay", *argv])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def write(path: Path, data: Any) -> Path:
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def write_jsonl(path: Path, lines: list[Any]) -> Path:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def expected_requests(messages: list[dict[str, Any]]) -> int:
+    """One request before each assistant message that has something before it, one at the end."""
+    return sum(1 for i, m in enumerate(messages) if m["role"] == "assistant" and i > 0) + 1
+
+
+def load_json(folder: Path) -> dict[str, Any]:
+    return json.loads((folder / "replay.json").read_text(encoding="utf-8"))
+
+
+# -- the core function ---------------------------------------------------------------------
+
+
+def test_replay_messages_rows_and_totals_agree() -> None:
+    messages = agent_run(12, result_chars=1500)
+    result = replay_messages(messages, {}, 12_000)
+
+    assert len(result.rows) == expected_requests(messages)
+    assert [row.request for row in result.rows] == list(range(1, len(result.rows) + 1))
+    totals = result.totals
+    assert totals.tokens_sent_total == sum(row.tokens_after for row in result.rows)
+    assert totals.history_tokens_total == sum(row.history_tokens for row in result.rows)
+    assert totals.compactions == sum(1 for row in result.rows if row.compacted) > 0
+    assert totals.history_kept
+    assert totals.over_budget_requests == 0
+    assert all(row.tokens_after <= row.budget for row in result.rows)
+    # The history only grows; the first request has no previous one to share a prefix with.
+    sizes = [row.history_tokens for row in result.rows]
+    assert sizes == sorted(sizes)
+    assert result.rows[0].prefix_messages == 0 and result.rows[0].prefix_share == 0.0
+    json.dumps(result.to_dict())  # plain data all the way down
+
+
+def test_without_compaction_every_request_sends_the_whole_history_and_reuses_the_last() -> None:
+    messages = agent_run(6, result_chars=800)
+    result = replay_messages(messages, {"compaction_enabled": False}, None)
+
+    for previous, row in pairwise(result.rows):
+        assert row.tokens_after == row.history_tokens
+        assert row.messages_after == row.history_messages
+        # An append-only request repeats the whole previous request byte for byte.
+        assert row.prefix_messages == previous.messages_after
+    assert result.totals.compactions == 0
+    assert result.totals.saved_share == 0.0
+
+
+def test_compaction_breaks_the_prefix_only_where_it_acts() -> None:
+    result = replay_messages(agent_run(16, result_chars=1500), {}, 12_000)
+    rows = result.rows
+    assert any(row.compacted for row in rows)
+    for previous, row in pairwise(rows):
+        if not row.compacted:
+            # Nothing changed but the appended messages: the previous view is the prefix.
+            assert row.prefix_messages == previous.messages_after
+            assert 0 < row.prefix_share <= 1
+
+
+async def test_async_variant_works_inside_a_running_loop() -> None:
+    messages = agent_run(3, result_chars=500)
+    result = await replay_messages_async(messages, {}, None)
+    assert result.totals.requests == expected_requests(messages)
+
+
+def test_refused_message_names_its_place() -> None:
+    messages = [SYSTEM, human("hi"), {"role": "tool", "tool_call_id": "nope", "content": "x"}]
+    with pytest.raises(ReplayError) as caught:
+        replay_messages(messages, {}, None, places=["line 1", "line 2", "line 9"])
+    assert caught.value.place == "line 9"
+    assert "nope" in str(caught.value)
+
+
+def test_on_request_sees_every_row() -> None:
+    seen: list[int] = []
+    result = replay_messages(
+        agent_run(4), {}, None, on_request=lambda row: seen.append(row.request)
+    )
+    assert seen == [row.request for row in result.rows]
+
+
+# -- formats -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "fmt", "extra"),
+    [
+        ("agent-session.json", "json", ["--window", "16000"]),
+        # Five large results are all protected by default in this short example; with two
+        # protected, the older ones are shortened (a pass that cannot shrink is not taken).
+        (
+            "anthropic-request.json",
+            "anthropic",
+            ["--window", "16000", "--set", "protected_tool_results=2"],
+        ),
+        ("transcript.jsonl", "jsonl", ["--config", str(EXAMPLES / "fold.toml")]),
+    ],
+)
+def test_shipped_examples_replay(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, fmt: str, extra: list[str]
+) -> None:
+    status, out, err = run(
+        capsys, str(EXAMPLES / name), *extra, "--out", str(tmp_path), "--no-chart"
+    )
+    assert status == EXIT_OK, err
+    assert err == ""
+    data = load_json(tmp_path)
+    assert data["format"] == fmt
+    conversation = read_conversation(EXAMPLES / name)
+    assert data["totals"]["messages"] == len(conversation.messages)
+    assert (
+        data["totals"]["requests"] == len(data["rows"]) == expected_requests(conversation.messages)
+    )
+    assert data["totals"]["history_kept"] is True
+    assert data["totals"]["over_budget_requests"] == 0
+    assert data["totals"]["compactions"] > 0  # the examples are sized to need folding
+    assert not (tmp_path / "requests.png").exists()
+    assert "totals" in out and "requests" in out
+
+
+def test_chart_is_a_png_and_the_printout_names_the_files(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    status, out, _ = run(
+        capsys, str(EXAMPLES / "agent-session.json"), "--window", "16000", "--out", str(tmp_path)
+    )
+    assert status == EXIT_OK
+    chart = tmp_path / "requests.png"
+    assert chart.read_bytes()[:8] == PNG_MAGIC
+    assert str(chart) in out and str(tmp_path / "replay.json") in out
+
+
+def test_openai_request_body_and_list_give_the_same_replay(tmp_path: Path) -> None:
+    messages = [SYSTEM, human("go"), *tool_round(1, shape="openai"), reply("done")]
+    listed = read_conversation(write(tmp_path / "a.json", messages))
+    body = read_conversation(write(tmp_path / "b.json", {"model": "gpt-4o", "messages": messages}))
+    assert listed.format == body.format == "json"
+    assert listed.messages == body.messages == messages
+    assert listed.places == [f"message {i}" for i in range(len(messages))]
+
+
+@pytest.mark.parametrize("system", ["You are terse.", [{"type": "text", "text": "You are terse."}]])
+def test_anthropic_body_system_becomes_the_first_message(tmp_path: Path, system: Any) -> None:
+    turns = [{"role": "user", "content": "go"}, *tool_round(1, shape="anthropic")]
+    conversation = read_conversation(
+        write(tmp_path / "req.json", {"system": system, "messages": turns})
+    )
+    assert conversation.format == "anthropic"
+    assert conversation.messages[0] == {"role": "system", "content": system}
+    assert conversation.messages[1:] == turns
+    assert conversation.places == ["system", "message 0", "message 1", "message 2"]
+
+
+def test_anthropic_blocks_without_system_are_detected(tmp_path: Path) -> None:
+    turns = [{"role": "user", "content": "go"}, *tool_round(1, shape="anthropic")]
+    assert (
+        read_conversation(write(tmp_path / "req.json", {"messages": turns})).format == "anthropic"
+    )
+
+
+def test_jsonl_plain_and_wrapped_lines_with_blank_lines(tmp_path: Path) -> None:
+    messages = [SYSTEM, human("go"), *tool_round(1), reply("done")]
+    lines = [messages[0], {"message": messages[1], "timestamp": "2025-01-01T00:00:00Z"}]
+    lines += messages[2:]
+    path = write_jsonl(tmp_path / "t.jsonl", lines)
+    path.write_text(path.read_text().replace("\n", "\n\n", 1))  # a blank line after line 1
+    conversation = read_conversation(path)
+    assert conversation.format == "jsonl"
+    assert conversation.messages == messages
+    assert conversation.places[:3] == ["line 1", "line 3", "line 4"]
+
+
+def test_format_is_detected_by_content_not_extension(tmp_path: Path) -> None:
+    messages = [human("go"), reply("ok")]
+    assert read_conversation(write_jsonl(tmp_path / "x.json", messages)).format == "jsonl"
+    assert read_conversation(write(tmp_path / "x.jsonl", messages)).format == "json"
+    assert read_conversation(write(tmp_path / "x.txt", messages)).format == "json"
+
+
+def test_format_option_overrides_detection(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = write(tmp_path / "conv.json", [human("go"), reply("ok")])
+    status, _, err = run(capsys, str(path), "--format", "anthropic", "--out", str(tmp_path))
+    assert status == EXIT_BAD_INPUT
+    assert "Anthropic Messages request body" in err
+
+
+# -- config --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("flat.toml", "compact_threshold = 0.7\ntarget_usage = 0.3\n"),
+        ("table.toml", "[config]\ncompact_threshold = 0.7\ntarget_usage = 0.3\n"),
+        ("flat.yaml", "compact_threshold: 0.7\ntarget_usage: 0.3\n"),
+        ("nested.yml", "config:\n  compact_threshold: 0.7\n  target_usage: 0.3\n"),
+    ],
+)
+def test_config_files(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, text: str
+) -> None:
+    (tmp_path / name).write_text(text)
+    conv = write(tmp_path / "c.json", agent_run(3, result_chars=400))
+    out = tmp_path / "out"
+    status, _, err = run(
+        capsys, str(conv), "--config", str(tmp_path / name), "--out", str(out), "--no-chart"
+    )
+    assert status == EXIT_OK, err
+    assert load_json(out)["config"] == {"compact_threshold": 0.7, "target_usage": 0.3}
+
+
+def test_set_values_are_typed_and_override_the_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / "fold.toml").write_text("[config]\ncompact_threshold = 0.7\n")
+    conv = write(tmp_path / "c.json", agent_run(3, result_chars=400))
+    args = ["--config", str(tmp_path / "fold.toml"), "--set", "compact_threshold=0.8"]
+    args += ["--set", "max_tokens=9_000", "--set", "compaction_notice_enabled=false"]
+    args += ["--set", "token_counter=heuristic", "--set", "token_model=null"]
+    status, _, err = run(capsys, str(conv), *args, "--out", str(tmp_path / "o"), "--no-chart")
+    assert status == EXIT_OK, err
+    assert load_json(tmp_path / "o")["config"] == {
+        "compact_threshold": 0.8,
+        "max_tokens": 9000,
+        "compaction_notice_enabled": False,
+        "token_counter": "heuristic",
+        "token_model": None,
+    }
+
+
+def test_max_tokens_caps_the_budget_without_a_window(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    conv = write(tmp_path / "c.json", agent_run(3, result_chars=400))
+    status, _, _ = run(capsys, str(conv), "--set", "max_tokens=5000", "--out", str(tmp_path))
+    assert status == EXIT_OK
+    data = load_json(tmp_path)
+    assert data["window"] is None
+    assert {row["budget"] for row in data["rows"]} == {5000}
+
+
+# -- bad input: one line on stderr naming the file and the place, exit 2 ----------------------
+
+
+def assert_one_line(err: str, *fragments: str) -> None:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("contextfold: error: ")
+    assert "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "fragments"),
+    [
+        (
+            "not-json.json",
+            '[{"role": "user", "content": "hi"},\n  oops]',
+            ["line 2", "not valid JSON"],
+        ),
+        ("shape.json", '{"conversation": []}', ["expected a JSON list of chat messages"]),
+        ("scalar.json", "42", ["found a number"]),
+        (
+            "item.json",
+            '[{"role": "user", "content": "hi"}, "hello"]',
+            ["message 1", "found a string"],
+        ),
+        ("empty.json", "", ["the file is empty"]),
+        ("blank.jsonl", "\n  \n", ["the file is empty"]),
+        ("no-messages.json", "[]", ["no messages"]),
+        (
+            "orphan.json",
+            json.dumps([human("hi"), {"role": "tool", "tool_call_id": "call_9", "content": "r"}]),
+            ["message 1", "orphan tool result", "call_9"],
+        ),
+        (
+            "orphan.jsonl",
+            "\n".join(
+                json.dumps(m)
+                for m in [
+                    human("hi"),
+                    reply("ok"),
+                    {"role": "tool", "tool_call_id": "x", "content": "r"},
+                ]
+            ),
+            ["line 3", "orphan tool result"],
+        ),
+        (
+            "bad-line.jsonl",
+            '{"role": "user", "content": "hi"}\n{"role": \n',
+            ["line 2", "not valid JSON"],
+        ),
+        (
+            "no-role.jsonl",
+            '{"role": "user", "content": "hi"}\n{"text": "x"}\n',
+            ["line 2", "'role'"],
+        ),
+        (
+            "bad-role.json",
+            json.dumps([human("hi"), {"role": "robot", "content": "x"}]),
+            ["message 1", "role"],
+        ),
+        ("binary.json", b"\xff\xfe\x00garbage", ["not UTF-8"]),
+    ],
+)
+def test_bad_files(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    name: str,
+    content: str | bytes,
+    fragments: list[str],
+) -> None:
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    status, out, err = run(capsys, str(path), "--out", str(tmp_path / "out"))
+    assert status == EXIT_BAD_INPUT
+    assert_one_line(err, str(path), *fragments)
+    assert out == ""
+    assert not (tmp_path / "out" / "replay.json").exists()
+
+
+def test_anthropic_system_place_is_named(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    body = {"system": 7, "messages": [{"role": "user", "content": "hi"}]}
+    status, _, err = run(capsys, str(write(tmp_path / "req.json", body)), "--out", str(tmp_path))
+    assert status == EXIT_BAD_INPUT
+    assert_one_line(err, "req.json", "'system' must be a string or a list of blocks")
+
+
+def test_missing_file_and_directory(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    status, _, err = run(capsys, str(tmp_path / "nope.json"))
+    assert status == EXIT_BAD_INPUT
+    assert_one_line(err, "nope.json", "no such file")
+    status, _, err = run(capsys, str(tmp_path))
+    assert status == EXIT_BAD_INPUT
+    assert_one_line(err, str(tmp_path), "is a directory")
+
+
+@pytest.mark.parametrize(
+    ("config_text", "suffix", "fragments"),
+    [
+        ("max_tokenz = 5\n", ".toml", ["unknown config key 'max_tokenz'", "max_tokens"]),
+        ("config:\n  compact_threshold: 2\n", ".yaml", ["compact_threshold", "(0, 1]"]),
+        ("[config\n", ".toml", ["not valid TOML"]),
+        ("a: [1, 2\n", ".yaml", ["not valid YAML"]),
+        (
+            "compact_threshold = 0.8\n[config]\ntarget_usage = 0.3\n",
+            ".toml",
+            ["outside the [config]"],
+        ),
+    ],
+)
+def test_bad_config_file(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    config_text: str,
+    suffix: str,
+    fragments: list[str],
+) -> None:
+    config = tmp_path / f"fold{suffix}"
+    config.write_text(config_text)
+    conv = write(tmp_path / "c.json", [human("hi"), reply("ok")])
+    status, _, err = run(capsys, str(conv), "--config", str(config), "--out", str(tmp_path / "o"))
+    assert status == EXIT_BAD_INPUT
+    assert_one_line(err, str(config), *fragments)
+
+
+@pytest.mark.parametrize(
+    ("pairs", "fragments"),
+    [
+        (
+            ["protected_recnt=0.2"],
+            ["--set protected_recnt=0.2", "unknown config key", "protected_recent"],
+        ),
+        (["target_usage=0.99"], ["--set target_usage=0.99", "above compact_threshold"]),
+        (["truncate_chars=many"], ["truncate_chars", "'many'"]),
+        (["compact_threshold"], ["--set", "expected key=value"]),
+    ],
+)
+def test_bad_set_option(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, pairs: list[str], fragments: list[str]
+) -> None:
+    conv = write(tmp_path / "c.json", [human("hi"), reply("ok")])
+    args = [arg for pair in pairs for arg in ("--set", pair)]
+    status, _, err = run(capsys, str(conv), *args, "--out", str(tmp_path / "o"))
+    assert status == EXIT_BAD_INPUT
+    assert_one_line(err, *fragments)
+
+
+def test_output_reserve_must_be_below_the_window(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    conv = write(tmp_path / "c.json", [human("hi"), reply("ok")])
+    status, _, err = run(capsys, str(conv), "--window", "3000", "--out", str(tmp_path))
+    assert status == EXIT_BAD_INPUT
+    assert_one_line(err, "--max-output-tokens", "below --window 3000")
+
+
+def test_conversation_that_cannot_fit_exits_1(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    conv = write(
+        tmp_path / "big.json", [{"role": "system", "content": "word " * 20_000}, human("hi")]
+    )
+    status, _, err = run(capsys, str(conv), "--window", "8000", "--out", str(tmp_path))
+    assert status == EXIT_DOES_NOT_FIT
+    assert_one_line(err, "big.json", "does not fit", "effective budget")
+
+
+# -- the real entry points -----------------------------------------------------------------
+
+
+def test_console_script_replays_a_shipped_example(tmp_path: Path) -> None:
+    script = Path(sys.executable).with_name("contextfold")
+    assert script.exists(), "the console script is installed with the package"
+    done = subprocess.run(
+        [
+            str(script),
+            "replay",
+            str(EXAMPLES / "agent-session.json"),
+            "--window",
+            "16000",
+            "--out",
+            str(tmp_path),
+            "--no-chart",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == EXIT_OK, done.stderr
+    assert "totals" in done.stdout and "compaction trigger" in done.stdout
+    assert load_json(tmp_path)["totals"]["history_kept"] is True
+
+
+def test_python_dash_m_reports_a_bad_file_without_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"role": "user", "content": "hi"}\n{broken\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "contextfold.cli", "replay", str(bad)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == EXIT_BAD_INPUT
+    assert_one_line(done.stderr, "bad.jsonl", "line 2")
+
+
+def test_out_that_is_a_file_is_refused_before_any_work(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    taken = tmp_path / "taken"
+    taken.write_text("")
+    conv = write(tmp_path / "c.json", [human("hi"), reply("ok")])
+    status, out, err = run(capsys, str(conv), "--out", str(taken))
+    assert status == EXIT_BAD_INPUT
+    assert_one_line(err, "--out", "is not a folder")
+    assert out == ""
