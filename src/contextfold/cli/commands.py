@@ -84,11 +84,16 @@ def run_demo_command(args: argparse.Namespace) -> int:
 
     console.print(demo_table(result))
     console.print(_demo_verdict(result))
+    _print_outputs(console, json_path, chart_path, folder)
+    return EXIT_OK
+
+
+def _print_outputs(console: Any, json_path: Path, chart_path: Path | None, folder: Path) -> None:
+    """Where a command wrote its numbers and chart, as the last lines it prints."""
     console.print(f"numbers: {json_path}")
     if chart_path is not None:
         console.print(f"chart:   {chart_path}")
     console.print(f"output folder: {folder}")
-    return EXIT_OK
 
 
 class _ProgressBars:
@@ -211,10 +216,7 @@ def run_replay_command(args: argparse.Namespace) -> int:
     if not args.quiet:
         console.print(replay_rows_table(result))
     console.print(replay_totals_table(result))
-    console.print(f"numbers: {json_path}")
-    if chart_path is not None:
-        console.print(f"chart:   {chart_path}")
-    console.print(f"output folder: {folder}")
+    _print_outputs(console, json_path, chart_path, folder)
     return EXIT_OK
 
 
