@@ -352,3 +352,28 @@ async def test_a_pass_never_makes_a_fitting_request_bigger() -> None:
     view = await ctx.get_messages_for_request(token_budget=budget)
     assert view == messages and not ctx.last_report.compacted
     assert not [e for e, _ in events if e == "context:compaction"]
+
+
+async def test_no_view_over_budget_even_when_the_notice_outgrows_its_reserve() -> None:
+    ctx, _ = make(compact_threshold=1.0, compaction_notice_token_reserve=0, protected_recent=0.0)
+    await ctx.set_messages(agent_run(30, result_chars=3000))
+    budget = 12_000
+    await ctx.get_messages_for_request(token_budget=budget)
+    for n in range(400):
+        await ctx.add_message(reply(f"step {n} done: " + "checked " * 25))
+        view = await ctx.get_messages_for_request(token_budget=budget)
+        recount = sum(ctx.counter.count_message(m) for m in view)
+        assert recount <= budget, (n, recount)
+        assert_pairing(view)
+
+
+async def test_notice_stays_within_its_reserve_for_dense_text() -> None:
+    ctx, _ = make(compaction_notice_token_reserve=200, token_counter="exact")
+    messages = [SYSTEM, human("任务：" + "数据分析报告" * 20)]
+    for n in range(40):
+        messages.append(reply("结果" * 60 + f"第{n}步"))
+        messages.append(human("继续处理下一批文件和记录" * 5))
+    await ctx.set_messages(messages)
+    view = await ctx.get_messages_for_request(token_budget=4_000)
+    [notice] = [m for m in view if is_notice(m)]
+    assert ctx.counter.count_message(notice) <= 200

@@ -111,6 +111,7 @@ configs = st.fixed_dictionaries(
         "target_usage": st.sampled_from([0.3, 0.5]),
         "truncate_chars": st.sampled_from([0, 100, 250]),
         "compaction_notice_enabled": st.booleans(),
+        "compaction_notice_token_reserve": st.sampled_from([0, 40, 800]),
         "token_counter": st.just("heuristic"),
     }
 )

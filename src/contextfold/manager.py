@@ -13,6 +13,7 @@ import copy
 import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from .budget import BudgetDecision, derive_budget
@@ -242,13 +243,13 @@ class ContextFold:
         # prefix for a few tokens. Wait for the hard limit instead (still inside the budget).
         fires_at = usable if self._floor_bound else trigger
         result: PassResult | None = None
-        if messages_size > fires_at or restore:
-            result = run_pass(
+        over_budget = measured > decision.effective_budget  # e.g. a notice over its reserve
+        if messages_size > fires_at or restore or over_budget:
+            compact = partial(
+                run_pass,
                 history,
                 self._state,
                 counter=self.counter,
-                target_raw=max(0, math.floor((target - overhead) / ratio)),
-                limit_raw=max(0, math.floor((trigger - overhead) / ratio)),
                 protected_recent=cfg.protected_recent,
                 protected_tool_results=cfg.protected_tool_results,
                 truncate_chars=cfg.truncate_chars,
@@ -257,6 +258,17 @@ class ContextFold:
                 notice_reserve=cfg.compaction_notice_token_reserve,
                 notice_enabled=cfg.compaction_notice_enabled,
             )
+            target_raw = max(0, math.floor((target - overhead) / ratio))
+            result = compact(
+                target_raw=target_raw, limit_raw=max(0, math.floor((trigger - overhead) / ratio))
+            )
+            excess = math.ceil((result.raw_total + result.notice_cost) * ratio) + overhead
+            excess -= decision.effective_budget
+            if excess > 0:
+                # The messages fit but the notice tipped the view over the budget: make room
+                # for it once before calling the floor too big.
+                room = max(0, min(target_raw, result.raw_total - math.ceil(excess / ratio)))
+                result = compact(target_raw=room, limit_raw=room)
             after_raw = result.raw_total + result.notice_cost
             after = math.ceil(after_raw * ratio) + overhead
             if after > decision.effective_budget:
@@ -267,7 +279,7 @@ class ContextFold:
                 or result.state.removed_units != self._state.removed_units
                 or result.state.truncated.keys() != self._state.truncated.keys()
             )
-            fits_already = estimate <= decision.effective_budget
+            fits_already = not over_budget
             if changed and (after_raw < before_raw or restore or not fits_already):
                 self._commit(result)
             else:

@@ -106,18 +106,9 @@ def run_pass(
         if work.raw_total <= limit_raw or len(state.removed_units) == removed_before:
             break
         work.protection = protect()
-    notice = (
-        build_notice(
-            history,
-            state,
-            truncate_chars=truncate_chars,
-            reserve_tokens=notice_reserve,
-            role=notice_role,
-        )
-        if notice_enabled
-        else None
+    notice, notice_cost = _fitted_notice(
+        history, state, counter, truncate_chars, notice_reserve, notice_role, notice_enabled
     )
-    notice_cost = counter.count_message(notice) if notice is not None else 0
     return PassResult(
         state=state,
         raw_total=work.raw_total,
@@ -127,6 +118,34 @@ def run_pass(
         level=level,
         protection=work.protection,
     )
+
+
+def _fitted_notice(
+    history: History,
+    state: FoldState,
+    counter: TokenCounter,
+    truncate_chars: int,
+    reserve: int,
+    role: str,
+    enabled: bool,
+) -> tuple[dict[str, Any] | None, int]:
+    """The notice and its cost, its digest shortened until the real count fits the reserve.
+
+    The digest is sized in characters first (cheap); dense text (CJK, numbers) can still
+    count more tokens than planned, so halve the allowance until the counter agrees. The
+    header alone is the floor: a notice is never dropped for being too long.
+    """
+    if not enabled:
+        return None, 0
+    allowance = reserve
+    while True:
+        notice = build_notice(
+            history, state, truncate_chars=truncate_chars, reserve_tokens=allowance, role=role
+        )
+        cost = counter.count_message(notice) if notice is not None else 0
+        if notice is None or cost <= reserve or allowance == 0:
+            return notice, cost
+        allowance //= 2
 
 
 def assemble_view(
