@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any
 
 from .budget import BudgetDecision, derive_budget
+from .compaction.floor import floor_error
 from .compaction.planner import PassResult, assemble_view, run_pass
 from .compaction.working import FoldState
 from .config import ContextConfig
@@ -34,7 +35,7 @@ from .history import History
 from .ingress import IngressClip
 from .messages import Kind
 from .meter import MeterStats, UsageReading, read_usage
-from .report import RequestReport
+from .report import RequestReport, compaction_event
 from .tokens import CalibratedCounter, TokenCounter, build_counter
 
 logger = logging.getLogger(__name__)
@@ -216,9 +217,7 @@ class ContextFold:
                 target=decision.effective_budget,
                 hard_fit=hard_fit,
             )
-            return self._deliver(
-                view, before_raw, decision, report, None, estimate, estimate, ratio
-            )
+            return self._deliver(view, before_raw, decision, report, None)
 
         reserve = cfg.compaction_notice_token_reserve if cfg.compaction_notice_enabled else 0
         usable = max(0, decision.effective_budget - reserve)
@@ -273,7 +272,7 @@ class ContextFold:
             after = math.ceil(after_raw * ratio) + overhead
             if after > decision.effective_budget:
                 # Protected content alone cannot fit: fail loudly, commit nothing.
-                raise self._floor_error(result, decision, after, model)
+                raise floor_error(self._history, result, decision, after, model)
             changed = (
                 result.changed
                 or result.state.removed_units != self._state.removed_units
@@ -317,57 +316,7 @@ class ContextFold:
             drift=self._drift(),
             ratio=ratio,
         )
-        return self._deliver(
-            view,
-            self._view_raw + self._notice_cost,
-            decision,
-            report,
-            result,
-            estimate,
-            after_estimate,
-            ratio,
-        )
-
-    def _floor_error(
-        self, result: PassResult, decision: BudgetDecision, needed: int, model: str | None
-    ) -> Exception:
-        """ContextLengthError naming the numbers, the largest protected message and the fix."""
-        history = self._history
-        kept_units = len(history.units) - len(result.state.removed_units)
-        largest = ""
-        protection = result.protection
-        if protection is not None:
-            best: tuple[int, int, str] | None = None  # (cost, index, reason)
-            for index, entry in enumerate(history.entries):
-                reason = protection.entry_reason(index)
-                if not reason or entry.unit in result.state.removed_units:
-                    continue
-                cost = result.state.truncated.get(index, (None, entry.cost))[1]
-                if best is None or cost > best[0]:
-                    best = (cost, index, reason)
-            if best is not None:
-                cost, index, reason = best
-                kind = history.entries[index].info.kind.value
-                largest = (
-                    f" The largest protected message is message {index} ({kind}, "
-                    f"{reason.replace('_', ' ')}) at about {cost:,} tokens."
-                )
-                if kind == "tool_result":
-                    largest += (
-                        " Lower max_tool_result_bytes so one tool result fits the window "
-                        "(about 4 bytes per token)."
-                    )
-        return context_length_error(
-            f"context-fold: the protected content of this conversation needs about "
-            f"{needed:,} tokens but the effective budget is {decision.effective_budget:,} "
-            f"(source: {decision.source}; {len(history)} messages in history, {kept_units} "
-            f"turns left that cannot be removed).{largest} Raise max_tokens or use a model "
-            "with a larger window, lower protected_recent / protected_tool_results, or start "
-            "a new session.",
-            required_tokens=needed,
-            budget=decision.effective_budget,
-            model=model,
-        )
+        return self._deliver(view, self._view_raw + self._notice_cost, decision, report, result)
 
     def _measure(self, estimate: int, view_raw: int, ratio: float) -> tuple[int, str]:
         """The size the trigger compares: the estimate, or in actual mode the last real
@@ -455,9 +404,6 @@ class ContextFold:
         decision: BudgetDecision,
         report: RequestReport,
         result: PassResult | None,
-        before: int,
-        after: int,
-        ratio: float,
     ) -> tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
         """Record what is being delivered and the events to emit once the lock is released."""
         self._last_delivered_raw = view_raw
@@ -469,28 +415,7 @@ class ContextFold:
             self._last_budget = decision
             events.append((BUDGET, decision.to_event()))
         if result is not None:
-            events.append(
-                (
-                    COMPACTION,
-                    {
-                        "before_tokens": before,
-                        "after_tokens": after,
-                        "before_messages": report.messages_before,
-                        "after_messages": report.messages_after,
-                        "removed": result.changed.get("drop_oldest", 0),
-                        "truncated": sum(
-                            n for rung, n in result.changed.items() if rung != "drop_oldest"
-                        ),
-                        "level": result.level,
-                        "applied": list(result.changed),
-                        "budget": decision.effective_budget,
-                        "trigger": report.trigger,
-                        "target": report.target,
-                        "hard_fit": report.hard_fit,
-                        "ratio": round(ratio, 4),
-                    },
-                )
-            )
+            events.append((COMPACTION, compaction_event(report, result.changed)))
         events.append((REPORT, report.to_dict()))
         return view, events
 

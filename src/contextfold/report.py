@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -31,3 +32,23 @@ class RequestReport:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def compaction_event(report: RequestReport, changed: Mapping[str, int]) -> dict[str, Any]:
+    """The ``context:compaction`` payload of a request whose pass changed the view."""
+    removed = changed.get("drop_oldest", 0)
+    return {
+        "before_tokens": report.tokens_before,
+        "after_tokens": report.tokens_after,
+        "before_messages": report.messages_before,
+        "after_messages": report.messages_after,
+        "removed": removed,
+        "truncated": sum(changed.values()) - removed,
+        "level": report.level,
+        "applied": list(changed),
+        "budget": report.budget,
+        "trigger": report.trigger,
+        "target": report.target,
+        "hard_fit": report.hard_fit,
+        "ratio": report.ratio,
+    }
