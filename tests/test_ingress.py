@@ -50,11 +50,19 @@ async def test_oversized_text_keeps_utf8_prefix_and_one_marker() -> None:
     [(name, data)] = events
     assert name == "context:tool_result_ingress_truncated"
     assert data == {
+        # ours
         "tool_call_id": "c1",
         "original_bytes": len(text.encode()),
         "kept_bytes": len(prefix.encode()),
         "limit": LIMIT,
+        # the reference module's
+        "tool_name": None,  # the message does not name its tool
+        "original_text_utf8_bytes": len(text.encode()),
+        "stored_text_utf8_bytes": len(encoded),  # marker included
+        "max_tool_result_bytes": LIMIT,
+        "content_kind": "string",
     }
+    assert data["stored_text_utf8_bytes"] > data["kept_bytes"]
 
 
 async def test_json_output_is_capped_as_its_json_text() -> None:
@@ -129,3 +137,80 @@ def test_marker_always_fits(limit: int) -> None:
     clipped, original, kept = clip_text("€" * limit, limit)  # type: ignore[misc]
     assert len(clipped.encode()) <= limit
     assert MARKER_TEMPLATE.format(kept=kept, original=original, limit=limit) in clipped
+
+
+async def test_event_names_the_tool_from_the_message_or_its_metadata() -> None:
+    text = "secret tool output " * 1000
+    _ctx, named = await admit(
+        {"role": "tool", "tool_call_id": "c1", "name": "read_file", "content": text}
+    )
+    _ctx, by_metadata = await admit(
+        {
+            "role": "tool",
+            "tool_call_id": "c1",
+            "content": text,
+            "metadata": {"tool_name": "grep"},
+        }
+    )
+    _ctx, unnamed = await admit({"role": "tool", "tool_call_id": "c1", "content": text})
+    assert named[0][1]["tool_name"] == "read_file"
+    assert by_metadata[0][1]["tool_name"] == "grep"
+    assert unnamed[0][1]["tool_name"] is None
+    for events in (named, by_metadata, unnamed):
+        # sizes and names only: the payload never carries the tool's text
+        assert "secret" not in repr(events[0][1])
+
+
+async def test_event_sizes_for_text_blocks_count_everything_stored() -> None:
+    blocks = [
+        {"type": "text", "text": "a" * 3000},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "A"}},
+        {"type": "text", "text": "b" * 3000},
+        {"type": "text", "text": "never admitted"},
+    ]
+    ctx, [(_name, data)] = await admit({"role": "tool", "tool_call_id": "c1", "content": blocks})
+    stored = (await ctx.get_messages())[-1]["content"]
+    stored_text = sum(len(b["text"].encode()) for b in stored if b["type"] == "text")
+    assert data["content_kind"] == "text_blocks"
+    assert data["original_text_utf8_bytes"] == 6000 + len("never admitted")
+    assert data["stored_text_utf8_bytes"] == stored_text <= LIMIT
+    assert data["kept_bytes"] < data["stored_text_utf8_bytes"]
+    assert data["max_tool_result_bytes"] == LIMIT
+
+
+async def test_event_for_json_output_and_anthropic_results() -> None:
+    output = {"rows": ["x" * 100] * 100}
+    ctx, [(_name, data)] = await admit({"role": "tool", "tool_call_id": "c1", "content": output})
+    stored = (await ctx.get_messages())[-1]["content"]
+    assert data["content_kind"] == "json"
+    assert data["stored_text_utf8_bytes"] == len(stored.encode())
+
+    events: list = []
+    anthropic = ContextFold(
+        max_tool_result_bytes=LIMIT,
+        token_counter="heuristic",
+        on_event=lambda e, d: events.append((e, d)),
+    )
+    await anthropic.add_message(human("go"))
+    await anthropic.add_message(
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "tu1", "name": "read"}]}
+    )
+    blocks = [{"type": "text", "text": "z" * 10_000}]
+    await anthropic.add_message(
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "tu1", "content": blocks}],
+        }
+    )
+    [(_name, data)] = events
+    assert data["tool_call_id"] == "tu1" and data["tool_name"] is None
+    assert data["content_kind"] == "text_blocks" and data["original_text_utf8_bytes"] == 10_000
+
+
+async def test_under_cap_and_non_text_content_emit_nothing() -> None:
+    image_only = [{"type": "image", "source": {"type": "base64", "data": "x" * (LIMIT * 4)}}]
+    malformed = [{"type": "text", "text": 42}, {"type": "unknown", "payload": "y" * LIMIT * 2}]
+    for content in (image_only, malformed, "short", {"ok": True}):
+        ctx, events = await admit({"role": "tool", "tool_call_id": "c1", "content": content})
+        assert events == []
+        assert (await ctx.get_messages())[-1]["content"] == content
