@@ -11,7 +11,7 @@ from amplifier_core import AmplifierSession
 from amplifier_core.testing import MockCoordinator
 
 from contextfold import ConfigError, ContextFold
-from contextfold.amplifier import mount
+from contextfold.amplifier import METER_HOOK_NAME, METER_PRIORITY, mount
 from support import agent_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,10 +47,116 @@ async def test_mount_registers_context_events_and_meter() -> None:
     )
     await context.get_messages_for_request()
     assert context.token_meter_stats.last_actual == 800
-    cleanup()
+    assert coordinator.hooks.list_handlers()["llm:response"] == [METER_HOOK_NAME]
+    await cleanup()
+    assert not coordinator.hooks.list_handlers().get("llm:response")
     await coordinator.hooks.emit("llm:response", {"usage": {"input_tokens": 5}})
     await context.get_messages_for_request()
     assert context.token_meter_stats.last_actual == 800  # unregistered
+
+
+class RecordingHooks:
+    """Just the hook registry surface a host coordinator offers: register and emit."""
+
+    def __init__(self, *, with_emit: bool = True) -> None:
+        self.registered: list[dict] = []
+        self.events: list[tuple[str, dict]] = []
+        if not with_emit:
+            self.emit = None  # the reference module's meter-only doubles have no emit
+
+    def register(self, event, handler, priority=0, name=None):
+        entry = {"event": event, "handler": handler, "priority": priority, "name": name}
+        self.registered.append(entry)
+        return lambda: self.registered.remove(entry)
+
+    async def emit(self, event: str, data: dict) -> None:
+        self.events.append((event, dict(data)))
+
+
+class PlainCoordinator:
+    """A host's coordinator as the reference module's tests build it: ``mount(point,
+    module)`` without a ``name`` keyword, ``hooks`` optional, no capabilities."""
+
+    def __init__(self, hooks: RecordingHooks | None = None) -> None:
+        self.hooks = hooks
+        self.mounted: dict[str, object] = {}
+
+    async def mount(self, point: str, module: object) -> None:
+        self.mounted[point] = module
+
+
+async def test_mount_with_a_plain_coordinator_double() -> None:
+    hooks = RecordingHooks()
+    coordinator = PlainCoordinator(hooks)
+    cleanup = await mount(coordinator, {"max_tokens": 12_000, "token_counter": "heuristic"})
+    context = coordinator.mounted["context"]
+    assert isinstance(context, ContextFold)
+    [meter] = hooks.registered
+    assert meter["event"] == "llm:response"
+    assert meter["name"] == METER_HOOK_NAME == "context-fold-meter"
+    assert meter["priority"] == METER_PRIORITY == 50
+    # Our events reach the host's emit; the meter reads usage through the handler.
+    await context.set_messages(agent_run(40, result_chars=3000))
+    await context.get_messages_for_request()
+    names = [name for name, _ in hooks.events]
+    assert "context:budget" in names and "context:compaction" in names
+    await meter["handler"]("llm:response", {"usage": {"input_tokens": 900}})
+    await context.get_messages_for_request()
+    assert context.token_meter_stats.last_actual == 900
+    await cleanup()
+    assert hooks.registered == []
+    await cleanup()  # a second cleanup is harmless
+
+
+async def test_mount_with_hooks_that_cannot_emit_or_no_hooks_at_all() -> None:
+    meter_only = RecordingHooks(with_emit=False)
+    coordinator = PlainCoordinator(meter_only)
+    cleanup = await mount(coordinator, {"token_counter": "heuristic"})
+    context = coordinator.mounted["context"]
+    await context.add_message({"role": "user", "content": "hi"})
+    assert len(await context.get_messages_for_request()) == 1
+    assert [entry["name"] for entry in meter_only.registered] == [METER_HOOK_NAME]
+    await cleanup()
+    assert meter_only.registered == []
+
+    bare = PlainCoordinator(hooks=None)
+    cleanup = await mount(bare, {})
+    assert isinstance(bare.mounted["context"], ContextFold)
+    await cleanup()
+
+
+async def test_mount_does_not_hide_a_coordinator_fault() -> None:
+    class BrokenCoordinator(PlainCoordinator):
+        async def mount(self, point: str, module: object, name: str | None = None) -> None:
+            raise TypeError("mount point 'context' takes a ContextManager")
+
+    class PositionalOnly(PlainCoordinator):
+        def mount(self, point: str, module: object) -> None:  # sync, no name keyword
+            self.mounted[point] = module
+
+    with pytest.raises(TypeError, match="takes a ContextManager"):
+        await mount(BrokenCoordinator(), {})
+    sync_host = PositionalOnly()
+    await mount(sync_host, {})
+    assert isinstance(sync_host.mounted["context"], ContextFold)
+
+
+async def test_capability_registered_when_the_coordinator_offers_it() -> None:
+    class CapableCoordinator(PlainCoordinator):
+        def __init__(self) -> None:
+            super().__init__(RecordingHooks())
+            self.capabilities: dict[str, object] = {}
+
+        def register_capability(self, name: str, value: object) -> None:
+            self.capabilities[name] = value
+
+    coordinator = CapableCoordinator()
+    await mount(coordinator, {})
+    assert coordinator.capabilities["context.request_retention"] == {
+        "required_reminders": True,
+        "hard_fit": True,
+        "module": "context-fold",
+    }
 
 
 async def test_bad_config_fails_at_mount() -> None:
@@ -58,6 +164,10 @@ async def test_bad_config_fails_at_mount() -> None:
         await mount(MockCoordinator(), {"max_tokens": 0})
     with pytest.raises(ConfigError, match="target_usage"):
         await mount(MockCoordinator(), {"target_usage": 0.99})
+    hooks = RecordingHooks()
+    with pytest.raises(ConfigError, match="max_tokens"):
+        await mount(PlainCoordinator(hooks), {"max_tokens": -5})
+    assert hooks.registered == []  # nothing is left registered by a refused mount
 
 
 async def test_session_resolves_context_fold_by_module_id() -> None:
