@@ -9,15 +9,20 @@ What it honours, and why it is shaped the way it is:
 
 * Hooks: ``prompt:submit`` (deny, modify the prompt, inject), ``tool:pre`` (deny, modify the
   input, inject, ask_user), ``tool:post`` / ``tool:error`` (inject), ``provider:request``
-  (inject; ephemeral injections ride along on that one request only). Injections raised while
-  tools run are stored *after* the tool results of that turn, so an assistant message and its
-  results always stay one unbroken group.
+  (inject; ephemeral injections ride along on that one request only). With ``injections:
+  "deferred"`` (the default) injections raised while tools run are stored *after* the tool
+  results of that turn, so an assistant message and its results always stay one unbroken
+  group. With ``"immediate"`` they are stored the moment the hook returns, through the kernel's
+  ``process_hook_result`` as Amplifier's own loops do, which can put them between an
+  assistant's tool calls and their results (what a context manager meets in production).
 * Provider errors use amplifier-core's ``LLMError`` taxonomy: retryable errors are retried a
   bounded number of times with a tiny backoff, others are reported on ``provider:error`` and
   re-raised.
-* Context overflow: when the provider refuses the request as too long (``ContextLengthError``),
-  the loop asks the context for a forced refit to a budget taken from the error and retries
-  once. A second overflow propagates.
+* Context overflow: with ``overflow: "refit"`` (the default), when the provider refuses the
+  request as too long (``ContextLengthError``), the loop asks the context for a forced refit to
+  a budget taken from the error and retries once; a second overflow propagates. With
+  ``"raise"`` it behaves like Amplifier's ``loop-basic``: ``provider:error`` is emitted and the
+  error ends the session, so whatever the context delivers at the budget is final.
 """
 
 from __future__ import annotations
@@ -51,8 +56,18 @@ _BUDGET_PATTERNS = (
     re.compile(r">\s*(\d[\d,]*)\s*maximum", re.IGNORECASE),
 )
 _KNOWN_KEYS = frozenset(
-    {"max_iterations", "default_provider", "system_prompt", "provider_retries", "retry_backoff"}
+    {
+        "max_iterations",
+        "default_provider",
+        "system_prompt",
+        "provider_retries",
+        "retry_backoff",
+        "overflow",
+        "injections",
+    }
 )
+OVERFLOW_MODES = ("refit", "raise")
+INJECTION_MODES = ("deferred", "immediate")
 
 
 @dataclass(frozen=True)
@@ -61,6 +76,8 @@ class LoopConfig:
 
     ``provider_retries`` bounds retries of retryable provider errors; ``retry_backoff`` is the
     first pause in seconds (doubled per retry), kept tiny because this loop runs offline.
+    ``overflow`` and ``injections`` choose between this loop's behaviour and that of
+    Amplifier's own loops (see the module docstring).
     """
 
     max_iterations: int = 100
@@ -68,6 +85,8 @@ class LoopConfig:
     system_prompt: str | None = None
     provider_retries: int = 2
     retry_backoff: float = 0.01
+    overflow: str = "refit"
+    injections: str = "deferred"
 
     @classmethod
     def from_mapping(cls, config: Mapping[str, Any] | None) -> LoopConfig:
@@ -100,6 +119,11 @@ class LoopConfig:
             raise ValueError(
                 f"loop-fold: 'retry_backoff' must be a number of seconds in [0, 1], got {backoff!r}"
             )
+        for key, allowed in (("overflow", OVERFLOW_MODES), ("injections", INJECTION_MODES)):
+            if config.get(key, allowed[0]) not in allowed:
+                raise ValueError(
+                    f"loop-fold: '{key}' must be one of {list(allowed)}, got {config[key]!r}"
+                )
         for key in ("default_provider", "system_prompt"):
             value = config.get(key)
             if value is not None and (not isinstance(value, str) or not value.strip()):
@@ -110,6 +134,8 @@ class LoopConfig:
             system_prompt=config.get("system_prompt"),
             provider_retries=retries,
             retry_backoff=float(backoff),
+            overflow=config.get("overflow", cls.overflow),
+            injections=config.get("injections", cls.injections),
         )
 
 
@@ -252,6 +278,8 @@ class _Turn:
         try:
             return await self._complete(messages, extra)
         except ContextLengthError as error:
+            if self.config.overflow == "raise":
+                raise  # provider:error is already out; like loop-basic, the session ends here
             budget, source = self._refit_budget(error)
             if budget is None:
                 raise
@@ -418,8 +446,12 @@ class _Turn:
     async def _settle(
         self, result: HookResult, event: str, hook_name: str = MODULE_ID
     ) -> HookResult:
-        """Queue the result's injections and resolve an approval request into allow or deny."""
-        self._pending.extend(_injections_of(result, event))
+        """Take the result's injections and resolve an approval request into allow or deny."""
+        injections = _injections_of(result, event)
+        if self.config.injections == "immediate" and injections:
+            await self._store_now(result, injections, hook_name)
+        else:
+            self._pending.extend(injections)
         if result.action != "ask_user":
             return result
         if self.coordinator is not None:
@@ -435,23 +467,41 @@ class _Turn:
             reason=result.reason or "approval was required but could not be obtained",
         )
 
+    async def _store_now(
+        self, result: HookResult, injections: list[_Injection], hook_name: str
+    ) -> None:
+        """Store injections at once, where the loop is now (Amplifier's own loops do this)."""
+        durable = [i for i in injections if not i.ephemeral]
+        self._ephemeral.extend(i for i in injections if i.ephemeral)
+        process = getattr(self.coordinator, "process_hook_result", None)
+        single = result.action == "inject_context" and not result.context_injections
+        if durable and single and callable(process):
+            # The kernel itself stores it (role, provenance metadata), exactly as in production.
+            await process(result, durable[0].event, hook_name)
+            return
+        for injection in durable:
+            await self._store(injection)
+
     async def _flush_injections(self) -> None:
         pending, self._pending = self._pending, []
         for injection in pending:
             if injection.ephemeral:
                 self._ephemeral.append(injection)
                 continue
-            await self.context.add_message(
-                {
-                    "role": injection.role,
-                    "content": injection.content,
-                    "metadata": {
-                        "source": "hook",
-                        "hook_name": injection.hook_name,
-                        "event": injection.event,
-                    },
-                }
-            )
+            await self._store(injection)
+
+    async def _store(self, injection: _Injection) -> None:
+        await self.context.add_message(
+            {
+                "role": injection.role,
+                "content": injection.content,
+                "metadata": {
+                    "source": "hook",
+                    "hook_name": injection.hook_name,
+                    "event": injection.event,
+                },
+            }
+        )
 
     def _cancelled(self) -> bool:
         cancellation = getattr(self.coordinator, "cancellation", None)

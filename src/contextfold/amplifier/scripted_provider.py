@@ -16,22 +16,39 @@ Script forms (config ``script``)::
 The generator form yields ``steps`` tool-using replies (topics "topic 1".."topic N") and then
 the final text. When the script runs out the provider answers with a closing text instead of
 failing, so a loop always terminates.
+
+Shapes of real providers, so a whole session can meet what production meets:
+
+* ``reply_shape: "anthropic-thinking"`` (default ``"plain"``): every reply starts with a signed
+  ``ThinkingBlock`` (a few hundred words, a signature of several hundred base64 characters),
+  then the text, then the tool calls as ``ToolCallBlock`` s, as Amplifier's Anthropic
+  provider returns them.
+* ``call_ids: "per_response"`` (default ``"unique"``): tool call ids restart at ``call_0`` in
+  every response, as some OpenAI-compatible backends number them.
+* ``strict_sequence: true`` (default false): each request is checked the way real providers
+  check it (see :class:`SequenceChecker`) and refused with a non-retryable
+  ``InvalidRequestError`` on a sequence fault; every request's check is kept on its record.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import hashlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from amplifier_core.llm_errors import ContextLengthError
+from amplifier_core.llm_errors import ContextLengthError, InvalidRequestError
 from amplifier_core.message_models import (
     ChatRequest,
     ChatResponse,
     TextBlock,
+    ThinkingBlock,
     ToolCall,
+    ToolCallBlock,
     Usage,
 )
 from amplifier_core.models import ModelInfo, ProviderInfo
@@ -44,8 +61,24 @@ PROVIDER_NAME = "scripted"
 EXHAUSTED_TEXT = "The script has no more steps, so this is where the scripted session ends."
 
 _KNOWN_KEYS = frozenset(
-    {"script", "model", "context_window", "max_output_tokens", "usage_ratio", "enforce_window"}
+    {
+        "script",
+        "model",
+        "context_window",
+        "max_output_tokens",
+        "usage_ratio",
+        "enforce_window",
+        "reply_shape",
+        "call_ids",
+        "strict_sequence",
+    }
 )
+REPLY_SHAPES = ("plain", "anthropic-thinking")
+CALL_ID_MODES = ("unique", "per_response")
+# Sizes of a real signed thinking block from Amplifier's Anthropic provider: a few hundred
+# words of reasoning and a signature of several hundred base64 characters.
+THINKING_WORDS = 220
+SIGNATURE_CHARS = 480
 _GENERATOR_KEYS = frozenset({"steps", "tool", "argument", "final_text"})
 
 
@@ -76,6 +109,7 @@ class RequestRecord:
     window: int
     overflowed: bool
     rejected: bool = False
+    sequence: SequenceCheck | None = None  # what strict_sequence checked (None when off)
 
     @property
     def request_tokens(self) -> int:
@@ -112,6 +146,9 @@ class ScriptedConfig:
     max_output_tokens: int = 8192
     usage_ratio: float = 1.0
     enforce_window: bool = True
+    reply_shape: str = "plain"
+    call_ids: str = "unique"
+    strict_sequence: bool = False
 
     @property
     def window(self) -> int:
@@ -143,6 +180,13 @@ class ScriptedConfig:
             raise ValueError(
                 f"provider-scripted: 'enforce_window' must be true or false, got {enforce!r}"
             )
+        strict = config.get("strict_sequence", cls.strict_sequence)
+        if not isinstance(strict, bool):
+            raise ValueError(
+                f"provider-scripted: 'strict_sequence' must be true or false, got {strict!r}"
+            )
+        reply_shape = _choice(config, "reply_shape", REPLY_SHAPES, cls.reply_shape)
+        call_ids = _choice(config, "call_ids", CALL_ID_MODES, cls.call_ids)
         model = config.get("model", cls.model)
         if not isinstance(model, str) or not model:
             raise ValueError(
@@ -155,6 +199,9 @@ class ScriptedConfig:
             max_output_tokens=max_output,
             usage_ratio=float(ratio),
             enforce_window=enforce,
+            reply_shape=reply_shape,
+            call_ids=call_ids,
+            strict_sequence=strict,
         )
 
 
@@ -232,6 +279,15 @@ def _positive_int(config: Mapping[str, Any], key: str, default: int) -> int:
     return value
 
 
+def _choice(config: Mapping[str, Any], key: str, allowed: tuple[str, ...], default: str) -> str:
+    value = config.get(key, default)
+    if value not in allowed:
+        raise ValueError(
+            f"provider-scripted: '{key}' must be one of {list(allowed)}, got {value!r}"
+        )
+    return value
+
+
 def _canonical(item: Mapping[str, Any]) -> str:
     return json.dumps(item, sort_keys=True, ensure_ascii=False, default=str)
 
@@ -242,6 +298,234 @@ class _CachePrefix:
 
     tools_key: str | None = None
     message_keys: list[str] = field(default_factory=list)
+
+
+# -- strict_sequence: the request checks real providers make ---------------------------------
+
+
+@dataclass(frozen=True)
+class EmittedReply:
+    """What this provider answered once: enough to recognise the turn when it comes back."""
+
+    index: int
+    text: str
+    calls: tuple[tuple[str, str, str], ...]  # (id, name, canonical arguments)
+    thinking: Mapping[str, Any] | None  # the signed thinking block, as produced
+
+
+@dataclass
+class SequenceCheck:
+    """What ``strict_sequence`` checked on one request, and the faults it found.
+
+    ``thinking_turn`` is the index of the assistant message whose signed thinking was compared
+    with what this provider produced (None when no such check applied).
+    """
+
+    messages: int = 0
+    tool_calls: int = 0
+    tool_results: int = 0
+    thinking_turn: int | None = None
+    faults: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.faults
+
+
+def _calls_of(message: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(id, name, canonical arguments) of an assistant message's tool calls, in order."""
+    found: list[tuple[str, str, str]] = []
+    seen: set[str] = set()
+    for call in message.get("tool_calls") or []:
+        if not isinstance(call, Mapping):
+            continue
+        function = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+        name = call.get("tool") or call.get("name") or function.get("name") or ""
+        arguments = call.get("arguments", function.get("arguments", {}))
+        if isinstance(arguments, str):
+            with contextlib.suppress(ValueError):  # not JSON: compare the raw string
+                arguments = json.loads(arguments)
+        found.append((str(call.get("id")), str(name), _canonical({"a": arguments})))
+        seen.add(str(call.get("id")))
+    content = message.get("content")
+    for block in content if isinstance(content, list) else []:
+        is_call = isinstance(block, Mapping) and block.get("type") in ("tool_call", "tool_use")
+        if is_call and str(block.get("id")) not in seen:  # Amplifier repeats calls as blocks
+            arguments = block.get("input", block.get("arguments", {}))
+            found.append(
+                (str(block.get("id")), str(block.get("name")), _canonical({"a": arguments}))
+            )
+    return found
+
+
+def _text_content(message: Mapping[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n\n".join(
+            str(b.get("text", ""))
+            for b in content
+            if isinstance(b, Mapping) and b.get("type") == "text"
+        )
+    return ""
+
+
+def _thinking_blocks(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    content = message.get("content")
+    return [
+        b
+        for b in (content if isinstance(content, list) else [])
+        if isinstance(b, Mapping) and b.get("type") in ("thinking", "redacted_thinking")
+    ]
+
+
+class SequenceChecker:
+    """Checks a request the way real providers do before they run it.
+
+    * OpenAI: nothing but tool results may sit between an assistant message with tool calls
+      and the results of those calls; every result answers a call of the assistant message
+      just before it (else an *orphan*); every call has a result before the next non-tool
+      message (else *unanswered*).
+    * Anthropic, with thinking replies: the latest assistant turn whose tool results are being
+      sent must carry its signed thinking block exactly as the provider produced it. Thinking
+      of earlier turns may be left out (the API ignores it), so only that turn is compared.
+    """
+
+    def __init__(self, *, check_thinking: bool) -> None:
+        self.check_thinking = check_thinking
+
+    def check(
+        self, messages: Sequence[Mapping[str, Any]], emitted: Sequence[EmittedReply]
+    ) -> SequenceCheck:
+        report = SequenceCheck(messages=len(messages))
+        self._check_pairing(messages, report)
+        if self.check_thinking:
+            self._check_latest_thinking(messages, emitted, report)
+        return report
+
+    @staticmethod
+    def _check_pairing(messages: Sequence[Mapping[str, Any]], report: SequenceCheck) -> None:
+        open_at: int | None = None  # the assistant message whose results are being collected
+        pending: list[str] = []
+        for index, message in enumerate(messages):
+            role = message.get("role")
+            if role == "tool":
+                report.tool_results += 1
+                call_id = message.get("tool_call_id")
+                if open_at is not None and call_id in pending:
+                    pending.remove(call_id)
+                else:
+                    report.faults.append(
+                        f"message {index}: tool result {call_id!r} answers no call of the "
+                        "assistant message before it (orphan result)"
+                    )
+                continue
+            if pending:
+                answered_later = any(
+                    m.get("role") == "tool" and m.get("tool_call_id") in pending
+                    for m in messages[index + 1 :]
+                )
+                if answered_later and not _calls_of(message):
+                    # Keep the calls open: their results further on are not orphans too.
+                    report.faults.append(
+                        f"message {index} (role {role!r}) sits between the tool calls of "
+                        f"message {open_at} and their results"
+                    )
+                    continue
+                report.faults.append(
+                    f"message {open_at}: tool call(s) {pending} have no result before "
+                    f"message {index} (role {role!r}) (unanswered call)"
+                )
+            calls = _calls_of(message) if role == "assistant" else []
+            report.tool_calls += len(calls)
+            open_at = index if calls else None
+            pending = [call_id for call_id, _, _ in calls]
+        if pending:
+            report.faults.append(
+                f"message {open_at}: tool call(s) {pending} have no result at the end of the "
+                "request (unanswered call)"
+            )
+
+    @staticmethod
+    def _check_latest_thinking(
+        messages: Sequence[Mapping[str, Any]],
+        emitted: Sequence[EmittedReply],
+        report: SequenceCheck,
+    ) -> None:
+        last = max(
+            (i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=None
+        )
+        if last is None or last == len(messages) - 1:
+            return
+        if not _calls_of(messages[last]) or any(
+            m.get("role") != "tool" for m in messages[last + 1 :]
+        ):
+            return  # its tool results are not what this request sends
+        report.thinking_turn = last
+        message = messages[last]
+        key = (_text_content(message), tuple(_calls_of(message)))
+        origin = next((r for r in reversed(emitted) if (r.text, r.calls) == key), None)
+        if origin is None or origin.thinking is None:
+            report.faults.append(
+                f"message {last}: the assistant turn whose tool results are sent was not "
+                "produced by this provider, so its thinking signature cannot be verified"
+            )
+            return
+        blocks = _thinking_blocks(message)
+        intact = len(blocks) == 1 and all(
+            blocks[0].get(k) == origin.thinking.get(k) for k in ("type", "thinking", "signature")
+        )
+        if not intact:
+            report.faults.append(
+                f"message {last}: the latest assistant turn is sent with its tool results but "
+                "without its signed thinking block exactly as produced (Anthropic requires it "
+                "unmodified)"
+            )
+
+
+def sequence_refusal(check: SequenceCheck, *, model: str) -> InvalidRequestError:
+    """The non-retryable error a real provider answers a malformed sequence with."""
+    more = f" (and {len(check.faults) - 1} more)" if len(check.faults) > 1 else ""
+    return InvalidRequestError(
+        f"Invalid request: {check.faults[0]}{more}.",
+        provider=PROVIDER_NAME,
+        model=model,
+        status_code=400,
+        retryable=False,
+    )
+
+
+# -- thinking replies ---------------------------------------------------------------------
+
+_THINKING_WORDS = (
+    "the", "result", "suggests", "that", "next", "source", "should", "confirm", "figure",
+    "before", "summary", "compare", "earlier", "notes", "check", "whether", "topic", "covers",
+    "detail", "missing", "evidence", "so", "I", "will", "look", "up", "again", "and", "weigh",
+    "each", "claim", "against", "document", "carefully", "then", "decide", "what", "remains",
+)  # fmt: skip
+
+
+def thinking_text(response_index: int, step_text: str) -> str:
+    """Deterministic reasoning of ``THINKING_WORDS`` words for one response."""
+    words = [f"Response {response_index}: {step_text or 'answering'}."]
+    seed = hashlib.sha256(f"thinking:{response_index}".encode()).digest()
+    i = 0
+    while len(words) < THINKING_WORDS:
+        byte = seed[i % len(seed)] ^ (i * 31 % 256)
+        words.append(_THINKING_WORDS[byte % len(_THINKING_WORDS)])
+        i += 1
+    return " ".join(words) + "."
+
+
+def thinking_signature(response_index: int, thinking: str) -> str:
+    """A deterministic base64 signature of ``SIGNATURE_CHARS`` characters for a thinking text."""
+    material = b""
+    block = hashlib.sha256(f"{response_index}:{thinking}".encode()).digest()
+    while len(material) * 4 < SIGNATURE_CHARS * 3:
+        material += block
+        block = hashlib.sha256(block).digest()
+    return base64.b64encode(material).decode()[:SIGNATURE_CHARS]
 
 
 class ScriptedProvider:
@@ -263,6 +547,10 @@ class ScriptedProvider:
         self._cursor = 0
         self._call_serial = 0
         self._cache = _CachePrefix()
+        self.emitted: list[EmittedReply] = []
+        self._checker = SequenceChecker(
+            check_thinking=self.config.reply_shape == "anthropic-thinking"
+        )
 
     # -- Provider protocol -------------------------------------------------------------
 
@@ -321,11 +609,26 @@ class ScriptedProvider:
         window = self.config.window
         index = len(self.records)
 
+        sequence = None
+        if self.config.strict_sequence:
+            sequence = self._checker.check(messages, self.emitted)
+            if not sequence.ok:
+                self.records.append(
+                    RequestRecord(
+                        index, total, 0, 0, 0, len(messages), window, total > window,
+                        rejected=True, sequence=sequence,
+                    )
+                )  # fmt: skip
+                raise sequence_refusal(sequence, model=self.config.model)
+
         if total > window and self.config.enforce_window:
             # Refused requests cache nothing: the whole size is uncached input.
             self.records.append(
-                RequestRecord(index, total, 0, 0, 0, len(messages), window, True, rejected=True)
-            )
+                RequestRecord(
+                    index, total, 0, 0, 0, len(messages), window, True,
+                    rejected=True, sequence=sequence,
+                )
+            )  # fmt: skip
             raise window_exceeded_error(
                 requested=total,
                 limit=window,
@@ -337,8 +640,8 @@ class ScriptedProvider:
         cache_read = self._scaled(prefix_raw)
         cache_write = total - cache_read
         step = self._next_step()
-        calls = [self._tool_call(name, args) for name, args in step.tool_calls]
-        output = self._scaled(self._output_cost(step))
+        content, calls, thinking = self._reply(step)
+        output = self._scaled(self._output_cost(step, thinking))
         self.records.append(
             RequestRecord(
                 index=index,
@@ -349,6 +652,7 @@ class ScriptedProvider:
                 message_count=len(messages),
                 window=window,
                 overflowed=total > window,
+                sequence=sequence,
             )
         )
         usage = {
@@ -363,7 +667,7 @@ class ScriptedProvider:
             {"provider": PROVIDER_NAME, "model": self.config.model, "usage": usage, "status": "ok"},
         )
         return ChatResponse(
-            content=[TextBlock(text=step.text)] if step.text else [],
+            content=content,
             tool_calls=calls or None,
             usage=Usage(**usage),
             finish_reason="tool_use" if calls else "end_turn",
@@ -408,12 +712,45 @@ class ScriptedProvider:
         self._cursor += 1
         return step
 
-    def _tool_call(self, name: str, arguments: dict[str, Any]) -> ToolCall:
+    def _reply(self, step: ScriptStep) -> tuple[list[Any], list[ToolCall], str]:
+        """The reply's content blocks and tool calls in the configured shape; remembered."""
+        response_index = len(self.emitted)
+        calls = [
+            self._tool_call(position, name, args)
+            for position, (name, args) in enumerate(step.tool_calls)
+        ]
+        content: list[Any] = [TextBlock(text=step.text)] if step.text else []
+        thinking_block = None
+        if self.config.reply_shape == "anthropic-thinking":
+            # Amplifier's Anthropic provider: thinking first, then text, then the tool calls.
+            thinking = thinking_text(response_index, step.text)
+            thinking_block = ThinkingBlock(
+                thinking=thinking, signature=thinking_signature(response_index, thinking)
+            )
+            content = [
+                thinking_block,
+                *content,
+                *(ToolCallBlock(id=c.id, name=c.name, input=dict(c.arguments)) for c in calls),
+            ]
+        self.emitted.append(
+            EmittedReply(
+                index=response_index,
+                text=step.text,
+                calls=tuple((c.id, c.name, _canonical({"a": dict(c.arguments)})) for c in calls),
+                thinking=thinking_block.model_dump(exclude_none=True) if thinking_block else None,
+            )
+        )
+        return content, calls, thinking_block.thinking if thinking_block else ""
+
+    def _tool_call(self, position: int, name: str, arguments: dict[str, Any]) -> ToolCall:
+        if self.config.call_ids == "per_response":
+            return ToolCall(id=f"call_{position}", name=name, arguments=dict(arguments))
         self._call_serial += 1
         return ToolCall(id=f"call_{self._call_serial:04d}", name=name, arguments=dict(arguments))
 
-    def _output_cost(self, step: ScriptStep) -> int:
-        cost = self.counter.count_text(step.text) if step.text else 0
+    def _output_cost(self, step: ScriptStep, thinking: str = "") -> int:
+        cost = self.counter.count_text(thinking) if thinking else 0
+        cost += self.counter.count_text(step.text) if step.text else 0
         for name, arguments in step.tool_calls:
             cost += self.counter.count_text(name) + self.counter.count_text(_canonical(arguments))
         return cost
