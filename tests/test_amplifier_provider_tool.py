@@ -5,16 +5,18 @@ from __future__ import annotations
 import re
 
 import pytest
-from amplifier_core.llm_errors import ContextLengthError
+from amplifier_core.llm_errors import ContextLengthError, InvalidRequestError
 from amplifier_core.message_models import ChatRequest, Message, ToolSpec
 from amplifier_core.models import HookResult, ModelInfo, ProviderInfo
 from amplifier_core.testing import MockCoordinator
-from amplifier_core.validation import ProviderValidator, ToolValidator
+from amplifier_core.validation import HookValidator, ProviderValidator, ToolValidator
 
-from contextfold.amplifier import doc_tool, scripted_provider
+from contextfold.amplifier import doc_tool, inject_hook, scripted_provider
 from contextfold.amplifier.doc_tool import DocLookupTool, render_document
+from contextfold.amplifier.inject_hook import ContextInjector, note_text
 from contextfold.amplifier.scripted_provider import (
     EXHAUSTED_TEXT,
+    SIGNATURE_CHARS,
     ScriptedProvider,
 )
 from contextfold.tokens import ExactCounter
@@ -251,11 +253,241 @@ async def test_llm_events_reach_kernel_hooks() -> None:
         ({"script": [{"tool_calls": [{"name": "a", "arguments": []}]}]}, "arguments must be"),
         ({"script": {"steps": -1}}, "'steps' must be an integer >= 0"),
         ({"script": {"steps": 1, "tool": ""}}, "'tool' must be a non-empty string"),
+        ({"reply_shape": "anthropic"}, "'reply_shape' must be one of ['plain', 'anthropic-"),
+        ({"reply_shape": None}, "'reply_shape' must be one of"),
+        ({"call_ids": "per_turn"}, "'call_ids' must be one of ['unique', 'per_response']"),
+        ({"strict_sequence": 1}, "'strict_sequence' must be true or false"),
     ],
 )
 def test_bad_provider_config_says_what_is_wrong(config: dict, fragment: str) -> None:
     with pytest.raises(ValueError) as caught:
         ScriptedProvider(config)
+    assert fragment in str(caught.value)
+
+
+# -- reply shapes, call ids and strict sequence checks --------------------------------------
+
+
+def stored(response) -> dict:
+    """The assistant turn as Amplifier's loops store it: all blocks, plus the call list."""
+    return {
+        "role": "assistant",
+        "content": [b.model_dump(exclude_none=True) for b in response.content],
+        "tool_calls": [
+            {"id": c.id, "tool": c.name, "arguments": dict(c.arguments)}
+            for c in response.tool_calls or []
+        ],
+    }
+
+
+def result_of(call_id: str, text: str = "result") -> dict:
+    return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+
+async def test_thinking_replies_have_the_anthropic_shape_and_realistic_sizes() -> None:
+    provider = ScriptedProvider({"script": {"steps": 2}, "reply_shape": "anthropic-thinking"})
+    first = await provider.complete(request(USER))
+    types = [b.type for b in first.content]
+    assert types == ["thinking", "text", "tool_call"]  # thinking, then text, then the calls
+    thinking = first.content[0]
+    assert 200 <= len(thinking.thinking.split()) <= 400  # a few hundred words
+    assert len(thinking.signature) == SIGNATURE_CHARS >= 300
+    assert re.fullmatch(r"[A-Za-z0-9+/=]+", thinking.signature)
+    assert first.content[2].id == first.tool_calls[0].id
+    # Deterministic: a fresh provider answers byte for byte the same; the next reply differs.
+    again = await ScriptedProvider(
+        {"script": {"steps": 2}, "reply_shape": "anthropic-thinking"}
+    ).complete(request(USER))
+    assert again.content[0] == thinking
+    second = await provider.complete(
+        request(USER, stored(first), result_of(first.tool_calls[0].id))
+    )
+    assert second.content[0].signature != thinking.signature
+    # Thinking is output the model produced: it is billed.
+    plain = ScriptedProvider({"script": {"steps": 2}})
+    await plain.complete(request(USER))
+    assert provider.records[0].output_tokens > plain.records[0].output_tokens + 150
+
+
+async def test_plain_replies_stay_text_and_calls() -> None:
+    provider = ScriptedProvider({"script": {"steps": 1}})
+    response = await provider.complete(request(USER))
+    assert [b.type for b in response.content] == ["text"]
+
+
+async def test_per_response_call_ids_restart_every_reply() -> None:
+    two_calls = {
+        "tool_calls": [
+            {"name": "lookup", "arguments": {"topic": "a"}},
+            {"name": "lookup", "arguments": {"topic": "b"}},
+        ]
+    }
+    provider = ScriptedProvider({"script": [two_calls, two_calls], "call_ids": "per_response"})
+    first = await provider.complete(request(USER))
+    second = await provider.complete(request(USER))
+    assert [c.id for c in first.tool_calls] == ["call_0", "call_1"]
+    assert [c.id for c in second.tool_calls] == ["call_0", "call_1"]
+    unique = ScriptedProvider({"script": [two_calls, two_calls]})
+    ids = [c.id for _ in range(2) for c in (await unique.complete(request(USER))).tool_calls]
+    assert len(set(ids)) == 4
+
+
+async def strict_provider(**config) -> tuple[ScriptedProvider, dict, str]:
+    """A strict provider that already answered once with a tool call: (provider, turn, id)."""
+    provider = ScriptedProvider({"script": {"steps": 3}, "strict_sequence": True, **config})
+    response = await provider.complete(request(USER))
+    return provider, stored(response), response.tool_calls[0].id
+
+
+async def test_strict_sequence_accepts_a_well_formed_request_and_records_the_check() -> None:
+    provider, turn, call_id = await strict_provider()
+    await provider.complete(request(USER, turn, result_of(call_id)))
+    check = provider.records[1].sequence
+    assert check is not None and check.ok
+    assert (check.messages, check.tool_calls, check.tool_results) == (3, 1, 1)
+    assert check.thinking_turn is None  # plain replies: no thinking rule
+    assert ScriptedProvider({"script": {"steps": 1}}).records == []
+    unchecked = ScriptedProvider({"script": {"steps": 1}})
+    await unchecked.complete(request(USER))
+    assert unchecked.records[0].sequence is None  # off by default
+
+
+@pytest.mark.parametrize(
+    ("fault", "fragment"),
+    [
+        ("foreign_between", "sits between the tool calls of message 1 and their results"),
+        ("orphan", "answers no call of the assistant message before it (orphan result)"),
+        ("unanswered", "have no result before message 2 (role 'user') (unanswered call)"),
+        ("unanswered_at_end", "have no result at the end of the request"),
+    ],
+)
+async def test_strict_sequence_refuses_what_real_providers_refuse(
+    fault: str, fragment: str
+) -> None:
+    provider, turn, call_id = await strict_provider()
+    note = {"role": "system", "content": "A hook's note."}
+    messages = {
+        "foreign_between": [USER, turn, note, result_of(call_id)],
+        "orphan": [USER, turn, result_of(call_id), result_of("call_9999")],
+        "unanswered": [USER, turn, {"role": "user", "content": "And then?"}],
+        "unanswered_at_end": [USER, turn],
+    }[fault]
+    with pytest.raises(InvalidRequestError) as caught:
+        await provider.complete(request(*messages))
+    assert fragment in str(caught.value)
+    assert caught.value.retryable is False and caught.value.status_code == 400
+    record = provider.records[-1]
+    assert record.rejected and not record.sequence.ok
+    assert fragment in record.sequence.faults[0]
+    assert provider._cursor == 1  # a refused request consumes no script step
+
+
+async def test_an_orphan_after_a_plain_turn_is_refused() -> None:
+    provider = ScriptedProvider({"strict_sequence": True})
+    with pytest.raises(InvalidRequestError, match="message 1: tool result 'x' answers no call"):
+        await provider.complete(request(USER, result_of("x")))
+
+
+async def test_strict_thinking_rule_checks_only_the_latest_turn() -> None:
+    provider, turn, call_id = await strict_provider(reply_shape="anthropic-thinking")
+    second = await provider.complete(request(USER, turn, result_of(call_id)))
+    assert provider.records[1].sequence.thinking_turn == 1
+    turn2 = stored(second)
+    call2 = second.tool_calls[0].id
+    # Earlier turns may lose their thinking (Anthropic ignores it): accepted.
+    without_thinking = dict(turn, content=[b for b in turn["content"] if b["type"] != "thinking"])
+    await provider.complete(
+        request(USER, without_thinking, result_of(call_id), turn2, result_of(call2))
+    )
+    assert provider.records[2].sequence.ok and provider.records[2].sequence.thinking_turn == 3
+
+
+@pytest.mark.parametrize("damage", ["removed", "edited", "foreign"])
+async def test_strict_thinking_rule_refuses_a_latest_turn_without_its_exact_thinking(
+    damage: str,
+) -> None:
+    provider, turn, call_id = await strict_provider(reply_shape="anthropic-thinking")
+    thinking, *rest = turn["content"]
+    if damage == "removed":
+        latest = dict(turn, content=rest)
+        fragment = "without its signed thinking block exactly as produced"
+    elif damage == "edited":
+        latest = dict(turn, content=[dict(thinking, thinking=thinking["thinking"][:-40]), *rest])
+        fragment = "without its signed thinking block exactly as produced"
+    else:
+        latest = dict(turn, content=[*turn["content"][:-1]], tool_calls=[
+            {"id": call_id, "tool": "lookup", "arguments": {"topic": "never asked"}}
+        ])  # fmt: skip
+        fragment = "was not produced by this provider"
+    with pytest.raises(InvalidRequestError) as caught:
+        await provider.complete(request(USER, latest, result_of(call_id)))
+    assert fragment in str(caught.value)
+
+
+async def test_strict_checks_run_before_the_window() -> None:
+    provider = ScriptedProvider(
+        {"context_window": 1_000, "max_output_tokens": 900, "strict_sequence": True}
+    )
+    big = {"role": "user", "content": render_document("tides", 2_000)}
+    with pytest.raises(InvalidRequestError):
+        await provider.complete(request(big, result_of("x")))
+    with pytest.raises(ContextLengthError):
+        await provider.complete(request(big))
+    assert provider.records[-1].sequence.ok  # the size refusal still records what was checked
+
+
+# -- context injection hook ----------------------------------------------------------------
+
+
+async def test_injector_injects_on_every_nth_event_with_its_role_and_size() -> None:
+    injector = ContextInjector({"role": "user", "chars": 120, "every": 2})
+    results = [await injector("tool:post", {}) for _ in range(5)]
+    assert [r.action for r in results] == [
+        "continue", "inject_context", "continue", "inject_context", "continue",
+    ]  # fmt: skip
+    injected = [r for r in results if r.action == "inject_context"]
+    assert [r.context_injection_role for r in injected] == ["user", "user"]
+    assert [len(r.context_injection) for r in injected] == [120, 120]
+    assert injected[0].context_injection != injected[1].context_injection
+    assert injected[0].context_injection == note_text(1, 120)
+
+
+async def test_injector_defaults_to_system_on_tool_post() -> None:
+    coordinator = MockCoordinator()
+    await inject_hook.mount(coordinator, {})
+    result = await coordinator.hooks.emit("tool:post", {"tool_name": "lookup"})
+    assert result.action == "inject_context"
+    assert result.context_injection_role == "system"
+    assert len(result.context_injection) == 200
+    other = await coordinator.hooks.emit("tool:pre", {"tool_name": "lookup"})
+    assert other.action == "continue"
+
+
+async def test_injector_cleanup_unregisters_every_event() -> None:
+    coordinator = MockCoordinator()
+    cleanup = await inject_hook.mount(coordinator, {"events": ["tool:post", "tool:pre"]})
+    assert (await coordinator.hooks.emit("tool:pre", {})).action == "inject_context"
+    cleanup()
+    assert (await coordinator.hooks.emit("tool:pre", {})).action == "continue"
+    assert (await coordinator.hooks.emit("tool:post", {})).action == "continue"
+
+
+@pytest.mark.parametrize(
+    ("config", "fragment"),
+    [
+        ({"rol": "user"}, "unknown config keys ['rol']"),
+        ({"role": "developer"}, "'role' must be one of ['system', 'user', 'assistant']"),
+        ({"chars": 5}, "'chars' must be an integer in [20, 100000]"),
+        ({"chars": True}, "'chars' must be an integer"),
+        ({"every": 0}, "'every' must be an integer >= 1"),
+        ({"events": []}, "'events' must be a non-empty list"),
+        ({"events": "tool:post"}, "'events' must be a non-empty list"),
+        ({"events": ["tool:post", ""]}, "'events' must be a non-empty list"),
+    ],
+)
+async def test_bad_injector_config_is_refused_at_mount(config: dict, fragment: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        await inject_hook.mount(MockCoordinator(), config)
     assert fragment in str(caught.value)
 
 
@@ -330,6 +562,7 @@ async def test_tool_mount_and_schema() -> None:
     [
         (ProviderValidator, "contextfold.amplifier.scripted_provider"),
         (ToolValidator, "contextfold.amplifier.doc_tool"),
+        (HookValidator, "contextfold.amplifier.inject_hook"),
     ],
 )
 async def test_kernel_validator_passes(validator: type, module: str) -> None:
