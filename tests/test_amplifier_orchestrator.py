@@ -22,7 +22,7 @@ from amplifier_core.testing import MockContextManager
 from amplifier_core.validation import OrchestratorValidator
 
 from contextfold import REPORT, ContextFold
-from contextfold.amplifier.doc_tool import render_document
+from contextfold.amplifier.doc_tool import DocLookupTool, render_document
 from contextfold.amplifier.orchestrator import (
     EVENT_MAX_ITERATIONS,
     EVENT_OVERFLOW_RETRY,
@@ -256,6 +256,58 @@ async def test_tool_pre_injection_lands_after_the_whole_tool_group() -> None:
         assert message["metadata"]["event"] == "tool:pre"
     assert_tool_groups_intact(messages)
     assert provider.records[1].message_count == 6  # the model saw the injections
+
+
+def roles_and_sources(messages: list[dict[str, Any]]) -> list[str]:
+    return [
+        f"{m['role']}:{m['metadata']['source']}"
+        if m["role"] in ("user", "system") and "metadata" in m
+        else m["role"]
+        for m in messages
+    ]
+
+
+@pytest.mark.parametrize("injections", ["deferred", "immediate"])
+async def test_injection_mode_decides_where_a_tool_post_note_is_stored(injections: str) -> None:
+    script = [{"tool_calls": [lookup("a"), lookup("b")]}, {"text": "Noted."}]
+    plan = mount_plan(script, loop={"injections": injections})
+    plan["hooks"] = [{"module": "hooks-context-inject", "config": {"chars": 60}}]
+    async with open_session(plan) as (session, _):
+        assert await session.execute("Go.") == "Noted."
+        context, _ = parts(session)
+        messages = await context.get_messages()
+
+    if injections == "deferred":  # after the whole group: calls and results stay together
+        expected = ["user:user", "assistant", "tool", "tool", "system:hook", "system:hook"]
+        assert_tool_groups_intact(messages)
+    else:  # the moment the hook returns, as Amplifier's kernel and loop-basic store it;
+        # tool:post fires before the loop stores the result, so each note precedes its result
+        expected = ["user:user", "assistant", "system:hook", "tool", "system:hook", "tool"]
+    assert roles_and_sources(messages) == [*expected, "assistant"]
+    notes = [m for m in messages if m["role"] == "system"]
+    assert all(m["metadata"]["event"] == "tool:post" for m in notes)
+    assert [len(m["content"]) for m in notes] == [60, 60]
+    if injections == "immediate":
+        # Stored by the kernel itself (its provenance keys), not by the loop.
+        assert all(m["metadata"].get("persisted") is True for m in notes)
+
+
+async def test_immediate_injection_without_a_kernel_is_stored_at_once_too() -> None:
+    context = ContextFold({"token_counter": "heuristic"})
+    provider = ScriptedProvider({"script": [{"tool_calls": [lookup("a")]}, {"text": "Ok."}]})
+
+    class Hooks:
+        async def emit(self, event: str, data: dict[str, Any]) -> HookResult:
+            if event == "tool:post":
+                return HookResult(action="inject_context", context_injection="Note.")
+            return HookResult()
+
+    loop = FoldLoop({"injections": "immediate"})
+    tools = {"lookup": DocLookupTool(result_chars=300)}
+    assert await loop.execute("Go.", context, {"scripted": provider}, tools, Hooks()) == "Ok."
+    roles = [m["role"] for m in await context.get_messages()]
+    # tool:post fires before the loop stores the result: the note precedes it.
+    assert roles == ["user", "assistant", "system", "tool", "assistant"]
 
 
 async def test_ephemeral_injection_rides_one_request_and_is_not_stored() -> None:
@@ -501,6 +553,25 @@ async def test_a_second_overflow_propagates() -> None:
     assert len(recorder.of("provider:error")) == 2
 
 
+async def test_overflow_raise_ends_the_session_like_loop_basic() -> None:
+    plan = mount_plan(
+        {"steps": 14},
+        provider=OVERFLOW_PROVIDER,
+        context=OVERFLOW_CONTEXT,
+        loop={"overflow": "raise"},
+        result_chars=3_000,
+    )
+    async with open_session(plan) as (session, recorder):
+        with raised_through_kernel(ContextLengthError, "Request input is .* over the limit 14000"):
+            await session.execute("Go.")
+        _, provider = parts(session)
+    assert [r.rejected for r in provider.records].count(True) == 1
+    assert provider.records[-1].rejected  # no retry after the refusal
+    assert recorder.of(EVENT_OVERFLOW_RETRY) == []
+    (error,) = recorder.of("provider:error")
+    assert error["error_type"] == "ContextLengthError"
+
+
 async def test_a_second_overflow_keeps_its_type_outside_the_kernel() -> None:
     context = ContextFold({**OVERFLOW_CONTEXT, "compaction_enabled": False})
     provider = ScriptedProvider({"context_window": 1_000, "max_output_tokens": 500})
@@ -568,6 +639,8 @@ def test_budget_attribute_wins_over_text() -> None:
         ({"provider_retries": -1}, "'provider_retries' must be an integer >= 0"),
         ({"retry_backoff": 5}, "'retry_backoff' must be a number of seconds"),
         ({"system_prompt": ""}, "'system_prompt' must be a non-empty string"),
+        ({"overflow": "retry"}, "'overflow' must be one of ['refit', 'raise'], got 'retry'"),
+        ({"injections": None}, "'injections' must be one of ['deferred', 'immediate']"),
     ],
 )
 def test_bad_loop_config_says_what_is_wrong(config: dict[str, Any], fragment: str) -> None:
