@@ -474,9 +474,9 @@ class _Turn:
         durable = [i for i in injections if not i.ephemeral]
         self._ephemeral.extend(i for i in injections if i.ephemeral)
         process = getattr(self.coordinator, "process_hook_result", None)
-        single = result.action == "inject_context" and not result.context_injections
-        if durable and single and callable(process):
-            # The kernel itself stores it (role, provenance metadata), exactly as in production.
+        if durable and result.action == "inject_context" and callable(process):
+            # The kernel itself stores them (role, provenance metadata; ephemeral ones it
+            # skips), exactly as in production.
             await process(result, durable[0].event, hook_name)
             return
         for injection in durable:
