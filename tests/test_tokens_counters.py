@@ -222,6 +222,34 @@ def test_count_request_adds_tools_and_reply_priming() -> None:
     assert count_request(EXACT, []) == REPLY_PRIMING_TOKENS
 
 
+def test_every_counter_names_its_per_request_overhead() -> None:
+    # The reply priming is paid once per request; a budget that leaves it out is 3 tokens short.
+    for counter in (*COUNTERS, CalibratedCounter(HEURISTIC), CalibratedCounter(EXACT)):
+        assert counter.request_overhead == REPLY_PRIMING_TOKENS == 3
+    messages = [SHAPES["system"], SHAPES["plain"]]
+    tools = [{"name": "ls", "description": "List files", "parameters": {"type": "object"}}]
+    assert EXACT.count_request(messages, tools) == count_request(EXACT, messages, tools)
+    assert EXACT.count_request([]) == EXACT.request_overhead
+
+
+def test_a_counter_without_request_overhead_is_not_a_token_counter() -> None:
+    class Bare:
+        name = "bare"
+
+        def count_text(self, text: str) -> int:
+            return len(text)
+
+        def count_message(self, message: object) -> int:
+            return 1
+
+        def count_tools(self, tools: object) -> int:
+            return 0
+
+    assert not isinstance(Bare(), TokenCounter)
+    with pytest.raises(TypeError, match="plain TokenCounter"):
+        CalibratedCounter(Bare())  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("counter", COUNTERS, ids=IDS)
 def test_metadata_is_not_counted(counter: TokenCounter) -> None:
     bare = {"role": "user", "content": "hello"}

@@ -8,7 +8,13 @@ providers report. See ``bench/TOKENS.md`` for the measured error of each.
 from __future__ import annotations
 
 from contextfold.tokens.base import TokenCounter
-from contextfold.tokens.calibrated import UNKNOWN_MODEL_KEY, CalibratedCounter, CalibrationUpdate
+from contextfold.tokens.calibrated import (
+    EXACT_MIN_RATIO,
+    HEURISTIC_MIN_RATIO,
+    UNKNOWN_MODEL_KEY,
+    CalibratedCounter,
+    CalibrationUpdate,
+)
 from contextfold.tokens.encodings import (
     SUPPORTED_ENCODINGS,
     EncodingLoadError,
@@ -22,6 +28,8 @@ from contextfold.tokens.serialize import canonical_json, serialize_message
 
 __all__ = [
     "COUNTER_KINDS",
+    "EXACT_MIN_RATIO",
+    "HEURISTIC_MIN_RATIO",
     "REPLY_PRIMING_TOKENS",
     "SUPPORTED_ENCODINGS",
     "UNKNOWN_MODEL_KEY",

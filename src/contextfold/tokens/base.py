@@ -3,6 +3,11 @@
 The manager counts each message exactly once, when it is admitted, and keeps the
 integer. Counters therefore return *raw* counts; a calibrated counter applies its
 learned per-model ratio to totals (one multiplication per request), never per message.
+
+A request costs more than its messages: the provider primes the reply
+(``<|start|>assistant<|message|>``, 3 tokens in OpenAI's accounting) once per request.
+Counters say how much as ``request_overhead``, so a budget check of a whole request is
+``sum(count_message) + count_tools(tools) + request_overhead``, scaled as one total.
 """
 
 from __future__ import annotations
@@ -18,6 +23,11 @@ class TokenCounter(Protocol):
     @property
     def name(self) -> str:
         """Short identifier shown in reports, e.g. ``heuristic`` or ``exact:o200k_base``."""
+        ...
+
+    @property
+    def request_overhead(self) -> int:
+        """RAW tokens every request costs besides its messages and tools (reply priming)."""
         ...
 
     def count_text(self, text: str) -> int:

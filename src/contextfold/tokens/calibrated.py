@@ -3,45 +3,72 @@
 Even an exact tokenizer misses what a provider adds (system framing, tool rendering, a
 different vocabulary for non-OpenAI models). After every response the provider reports the
 real input size (``input_tokens + cache_write_tokens``); comparing it with what we estimated
-for that same request gives one observation of ``actual / estimated``. We keep a smoothed
-ratio per model and scale request *totals* by it; message counts stay raw, so the manager's
-cached per-message integers never need recomputing when the ratio moves.
+for that same request gives one observation of ``actual / estimated``. We keep a ratio per
+model and scale request *totals* by it; message counts stay raw, so the manager's cached
+per-message integers never need recomputing when the ratio moves.
 
-How an observation moves the ratio (all in log space, so 2x over and 2x under weigh the same):
+The ratio exists to keep the budget honest, and the two ways of being wrong are not alike: an
+estimate above the truth compacts a little early, one below it sends a request over the
+window. Usage readings can be wrong in the dangerous direction for ordinary reasons (the
+Anthropic SDK's ``input_tokens`` leaves out cache reads, so one SDK's usage read as another's
+halves the figure; an error response reports 1 token), so the rules are asymmetric. All of
+it happens in log space, so 2x over and 2x under weigh the same:
 
-1. The observed ratio is clamped to ``[min_ratio, max_ratio]``.
-2. Warm-up (fewer than ``warmup`` accepted samples): the ratio is the median of the samples,
-   so the very first response already calibrates, and with three samples one odd one is
-   outvoted.
-3. After warm-up, an observation more than ``outlier_factor`` away from the current ratio is
-   rejected (``accepted=False``) and leaves it untouched. If ``warmup`` rejections in a row
-   all point the same way, the world has changed (another system prompt, a new tool set): the
-   ratio is re-seeded from their median.
-4. Otherwise an exponential moving average with weight ``max(smoothing, 1/n)`` takes it in.
+1. The observed ratio is clamped to ``[min_ratio, max_ratio]``. Over an exact tokenizer
+   (:class:`~contextfold.tokens.ExactCounter`) ``min_ratio`` is 1.0: the estimate never goes
+   below the exact count of what is sent, whatever is reported. Over the heuristic, which
+   has no vocabulary and really can be 2x off, it is 0.5.
+2. Upward is quick: a reading at or above the current ratio is adopted at once. Under-counting
+   is the failure that overflows a window, so one reading is enough to stop it.
+3. Downward needs agreement: the ratio comes down only when the last ``agreement`` readings
+   (3) all agree within ``tolerance`` (10 %) of each other, and then only to the *highest* of
+   them. This holds from the very first response: the prior (1.0) is not dropped on one
+   reading's word. One odd low reading is never enough; three consistent ones are a fact.
 
-The state is keyed by model name only; nothing refers to the conversation, so it survives
-``set_messages`` and ``clear`` as long as the manager keeps this object.
+So after every observation the ratio is at least the latest reading (clamped), and it is below
+an earlier ratio only when several readings in a row agreed on that. The state is keyed by
+model name only; nothing refers to the conversation, so it survives ``set_messages`` and
+``clear`` as long as the manager keeps this object.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from contextfold.tokens.base import TokenCounter
+from contextfold.tokens.exact import ExactCounter
 
-__all__ = ["UNKNOWN_MODEL_KEY", "CalibratedCounter", "CalibrationUpdate"]
+__all__ = [
+    "EXACT_MIN_RATIO",
+    "HEURISTIC_MIN_RATIO",
+    "UNKNOWN_MODEL_KEY",
+    "CalibratedCounter",
+    "CalibrationUpdate",
+]
 
 # How an observation without a model name is listed by ratios().
 UNKNOWN_MODEL_KEY = "*"
 
+# Lowest ratio over an exact tokenizer: the estimate never drops below the exact count of the
+# request. A lower floor would let a mis-read usage figure send a view over the budget by the
+# exact count, which is the one number we can check; providers that frame requests add tokens,
+# they do not remove them.
+EXACT_MIN_RATIO = 1.0
+# Lowest ratio over the heuristic, which can really be off by this much on odd content.
+HEURISTIC_MIN_RATIO = 0.5
+
 
 @dataclass(frozen=True, slots=True)
 class CalibrationUpdate:
-    """The outcome of one observation; ``to_event()`` is the ``context:calibration`` payload."""
+    """The outcome of one observation; ``to_event()`` is the ``context:calibration`` payload.
+
+    ``accepted`` is False when the reading asked for a lower ratio that is still waiting for
+    agreement (the ratio did not move); True when the ratio now reflects it.
+    """
 
     model: str | None
     ratio: float
@@ -57,10 +84,8 @@ class CalibrationUpdate:
 @dataclass(slots=True)
 class _ModelState:
     log_ratio: float
-    samples: int = 0
-    warmup_logs: list[float] = field(default_factory=list)
-    rejected_logs: list[float] = field(default_factory=list)
-    rejected_sign: int = 0
+    recent: deque[float]
+    samples: int = field(default=0)
 
 
 def _check_count(value: Any, what: str) -> int:
@@ -76,56 +101,56 @@ class CalibratedCounter:
         "_last_model",
         "_log_max",
         "_log_min",
-        "_log_outlier",
         "_log_prior",
+        "_log_tolerance",
         "_states",
+        "agreement",
         "base",
         "max_ratio",
         "min_ratio",
-        "outlier_factor",
         "prior",
-        "smoothing",
-        "warmup",
+        "tolerance",
     )
 
     def __init__(
         self,
         base: TokenCounter,
         *,
-        smoothing: float = 0.2,
-        min_ratio: float = 0.5,
+        min_ratio: float | None = None,
         max_ratio: float = 3.0,
-        outlier_factor: float = 1.5,
-        warmup: int = 3,
+        agreement: int = 3,
+        tolerance: float = 0.1,
         prior: float = 1.0,
     ) -> None:
+        """``min_ratio`` defaults to :data:`EXACT_MIN_RATIO` over an :class:`ExactCounter`
+        and to :data:`HEURISTIC_MIN_RATIO` otherwise."""
         if not isinstance(base, TokenCounter) or isinstance(base, CalibratedCounter):
             raise TypeError(
                 "base must be a plain TokenCounter (e.g. HeuristicCounter() or ExactCounter()), "
                 f"got {type(base).__name__}"
             )
-        if not 0.0 < smoothing <= 1.0:
-            raise ValueError(f"smoothing must be in (0, 1], got {smoothing}")
+        if min_ratio is None:
+            min_ratio = EXACT_MIN_RATIO if isinstance(base, ExactCounter) else HEURISTIC_MIN_RATIO
         if not 0.0 < min_ratio <= prior <= max_ratio or not math.isfinite(max_ratio):
             raise ValueError(
                 "need 0 < min_ratio <= prior <= max_ratio < inf, got "
                 f"min_ratio={min_ratio}, prior={prior}, max_ratio={max_ratio}"
             )
-        if not outlier_factor > 1.0:
-            raise ValueError(f"outlier_factor must be > 1, got {outlier_factor}")
-        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:
-            raise ValueError(f"warmup must be an int >= 1, got {warmup!r}")
+        if isinstance(agreement, bool) or not isinstance(agreement, int) or agreement < 1:
+            raise ValueError(f"agreement must be an int >= 1, got {agreement!r}")
+        if not 0.0 <= tolerance < 1.0:
+            raise ValueError(f"tolerance must be in [0, 1), got {tolerance}")
         self.base = base
-        self.smoothing = smoothing
         self.min_ratio = min_ratio
         self.max_ratio = max_ratio
-        self.outlier_factor = outlier_factor
-        self.warmup = warmup
+        self.agreement = agreement
+        self.tolerance = tolerance
         self.prior = prior
         self._log_min = math.log(min_ratio)
         self._log_max = math.log(max_ratio)
-        self._log_outlier = math.log(outlier_factor)
         self._log_prior = math.log(prior)
+        # A hair of slack so readings exactly `tolerance` apart agree despite float rounding.
+        self._log_tolerance = math.log1p(tolerance) + 1e-12
         self._states: dict[str | None, _ModelState] = {}
         self._last_model: str | None = None
 
@@ -134,6 +159,12 @@ class CalibratedCounter:
     @property
     def name(self) -> str:
         return f"calibrated:{self.base.name}"
+
+    @property
+    def request_overhead(self) -> int:
+        """The base counter's per-request tokens, RAW like every count here: the manager adds
+        it to the raw total, and the ratio scales the sum."""
+        return self.base.request_overhead
 
     def count_text(self, text: str) -> int:
         return self.base.count_text(text)
@@ -188,10 +219,14 @@ class CalibratedCounter:
                 f"actual must be > 0 (input_tokens + cache_write_tokens from llm:response), "
                 f"got {actual}; skip responses that report no usage"
             )
-        observed = min(self._log_max, max(self._log_min, math.log(actual / estimated)))
+        # log(a) - log(b), not log(a / b): a / b overflows a float for absurd int readings.
+        observed = math.log(actual) - math.log(estimated)
+        observed = min(self._log_max, max(self._log_min, observed))
         state = self._states.get(model)
         if state is None:
-            state = self._states[model] = _ModelState(log_ratio=self._log_prior)
+            state = self._states[model] = _ModelState(
+                log_ratio=self._log_prior, recent=deque(maxlen=self.agreement)
+            )
         accepted = self._update(state, observed)
         self._last_model = model
         return CalibrationUpdate(
@@ -204,32 +239,16 @@ class CalibratedCounter:
         )
 
     def _update(self, state: _ModelState, observed: float) -> bool:
-        if state.samples < self.warmup:
-            state.warmup_logs.append(observed)
-            state.samples += 1
-            state.log_ratio = statistics.median(state.warmup_logs)
-            if state.samples == self.warmup:
-                state.warmup_logs.clear()
+        state.samples += 1
+        state.recent.append(observed)
+        if observed >= state.log_ratio:
+            state.log_ratio = observed  # upward (or level): one reading is enough
             return True
-        deviation = observed - state.log_ratio
-        if abs(deviation) > self._log_outlier:
-            sign = 1 if deviation > 0 else -1
-            if sign != state.rejected_sign:
-                state.rejected_logs.clear()
-                state.rejected_sign = sign
-            state.rejected_logs.append(observed)
-            if len(state.rejected_logs) < self.warmup:
-                return False
-            # A run of consistent "outliers" is a new regime, not noise: move to it.
-            state.log_ratio = statistics.median(state.rejected_logs)
-            state.samples = len(state.rejected_logs)
-        else:
-            state.samples += 1
-            weight = max(self.smoothing, 1.0 / state.samples)
-            state.log_ratio += weight * deviation
-        state.rejected_logs.clear()
-        state.rejected_sign = 0
-        state.log_ratio = min(self._log_max, max(self._log_min, state.log_ratio))
+        recent = state.recent
+        if len(recent) < self.agreement or max(recent) - min(recent) > self._log_tolerance:
+            return False  # a lower reading waits for others to agree with it
+        # Readings agree on a lower ratio: come down, but only as far as the highest of them.
+        state.log_ratio = max(recent)
         return True
 
     def ratios(self) -> dict[str, float]:

@@ -10,6 +10,7 @@ from contextfold.tokens.encodings import SUPPORTED_ENCODINGS, load_encoding
 from contextfold.tokens.framing import (
     GPT4_TOOLS,
     GPT4O_TOOLS,
+    REPLY_PRIMING_TOKENS,
     TOKENS_PER_MESSAGE,
     TOKENS_PER_NAME,
     TOKENS_PER_TOOL_CALL,
@@ -49,6 +50,22 @@ class ExactCounter:
     @property
     def name(self) -> str:
         return f"exact:{self.encoding}"
+
+    @property
+    def request_overhead(self) -> int:
+        """OpenAI's reply priming, ``<|start|>assistant<|message|>``: 3 tokens per request."""
+        return REPLY_PRIMING_TOKENS
+
+    def count_request(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> int:
+        """Tokens of a whole request as sent: its messages, tool schemas and reply priming."""
+        total = sum(self.count_message(message) for message in messages)
+        if tools:
+            total += self.count_tools(tools)
+        return total + self.request_overhead
 
     def count_text(self, text: str) -> int:
         if not isinstance(text, str):

@@ -89,11 +89,12 @@ def count_request(
     messages: Sequence[Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any]] | None = None,
 ) -> int:
-    """RAW tokens of a whole request: messages, tool schemas and the reply priming.
+    """RAW tokens of a whole request: messages, tool schemas and ``counter.request_overhead``
+    (the reply priming).
 
     For a one-off count; the manager instead sums the per-message integers it cached.
     """
     total = sum(counter.count_message(message) for message in messages)
     if tools:
         total += counter.count_tools(tools)
-    return total + REPLY_PRIMING_TOKENS
+    return total + counter.request_overhead

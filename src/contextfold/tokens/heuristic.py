@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from contextfold.tokens.framing import (
+    REPLY_PRIMING_TOKENS,
     TOKENS_PER_MESSAGE,
     TOKENS_PER_NAME,
     TOKENS_PER_TOOL_CALL,
@@ -158,6 +159,11 @@ class HeuristicCounter:
     @property
     def name(self) -> str:
         return "heuristic"
+
+    @property
+    def request_overhead(self) -> int:
+        """The same reply priming as the exact counter: framing needs no vocabulary."""
+        return REPLY_PRIMING_TOKENS
 
     def count_text(self, text: str) -> int:
         if not isinstance(text, str):
