@@ -1,14 +1,69 @@
 """Errors contextfold raises, each saying what was wrong and what to do.
 
-`ContextLengthError` is amplifier-core's own class, so an orchestrator that already
-handles provider overflows handles ours the same way.
+`ContextLengthError` is amplifier-core's own class when the kernel is installed, so an
+Amplifier orchestrator that already handles provider overflows handles ours the same way.
+The library does not need the kernel: without it, `ContextLengthError` is
+`StandaloneContextLengthError`, which takes the same arguments and carries the same
+attributes (``provider``, ``model``, ``status_code``, ``retryable``, ``retry_after``,
+``delay_multiplier``).
 """
 
 from __future__ import annotations
 
-from amplifier_core.llm_errors import ContextLengthError
+__all__ = [
+    "ConfigError",
+    "ContextLengthError",
+    "MessageValidationError",
+    "StandaloneContextLengthError",
+    "context_length_error",
+]
 
-__all__ = ["ConfigError", "ContextLengthError", "MessageValidationError", "context_length_error"]
+
+class StandaloneContextLengthError(Exception):
+    """A request exceeds the model's context window; amplifier-core's shape, without it.
+
+    Same keyword-only constructor and attributes as ``amplifier_core.llm_errors.LLMError``
+    (whose ``ContextLengthError`` adds nothing), so code written against either reads both.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str | None = None,
+        model: str | None = None,
+        status_code: int | None = None,
+        retryable: bool = False,
+        retry_after: float | None = None,
+        delay_multiplier: float = 1.0,
+    ) -> None:
+        super().__init__(message)
+        self.provider = provider
+        self.model = model
+        self.status_code = status_code
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.delay_multiplier = delay_multiplier
+
+    def __repr__(self) -> str:
+        parts = [repr(str(self))]
+        for name in ("provider", "model", "status_code"):
+            value = getattr(self, name)
+            if value is not None:
+                parts.append(f"{name}={value!r}")
+        if self.retryable:
+            parts.append("retryable=True")
+        if self.retry_after is not None:
+            parts.append(f"retry_after={self.retry_after!r}")
+        if self.delay_multiplier != 1.0:
+            parts.append(f"delay_multiplier={self.delay_multiplier!r}")
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+
+try:
+    from amplifier_core.llm_errors import ContextLengthError
+except ImportError:  # the plain library: `pip install contextfold` without [amplifier]
+    ContextLengthError = StandaloneContextLengthError  # type: ignore[assignment,misc]
 
 
 class ConfigError(ValueError):

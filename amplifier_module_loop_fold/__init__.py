@@ -1,0 +1,13 @@
+"""Amplifier module ``loop-fold``: the offline orchestrator loop.
+
+Amplifier loads a module named by ``source:`` (a git URL) from the package
+``amplifier_module_<id>`` at the root of the fetched tree. This package is that door: it
+re-exports the ``mount`` that the ``amplifier.modules`` entry point names, from
+``contextfold.amplifier.orchestrator``.
+"""
+
+from contextfold.amplifier.orchestrator import mount
+
+__amplifier_module_type__ = "orchestrator"
+
+__all__ = ["mount"]

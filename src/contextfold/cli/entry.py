@@ -1,0 +1,36 @@
+"""The ``contextfold`` console script: checks the ``[cli]`` extra, then runs the CLI.
+
+``pip install contextfold`` is the library alone; the commands need the kernel (the demo runs
+a real session), rich, matplotlib and PyYAML, which ``contextfold[cli]`` brings. Without
+them a command says so in one line and exits 2, instead of a traceback naming a module.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from contextfold.cli import EXIT_BAD_INPUT
+from contextfold.cli import main as run_cli
+
+# Top-level modules the [cli] extra provides, by the name Python imports them under.
+CLI_EXTRA_MODULES = frozenset({"amplifier_core", "rich", "matplotlib", "yaml"})
+INSTALL_HINT = (
+    "contextfold: the command line needs the [cli] extra ({missing} is not installed): "
+    "pip install 'contextfold[cli]'"
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return run_cli(argv)
+    except ModuleNotFoundError as error:
+        missing = (error.name or "").partition(".")[0]
+        if missing not in CLI_EXTRA_MODULES:
+            raise  # a genuinely broken installation, not a missing extra
+        print(INSTALL_HINT.format(missing=missing), file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())
