@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+from types import SimpleNamespace
+
+import pytest
 from amplifier_core.message_models import Usage
 
 from contextfold import ContextFold
@@ -129,3 +133,86 @@ async def test_zero_usage_is_recorded_but_not_learned_from() -> None:
     await ctx.on_llm_response({"usage": usage(0), "model": "gpt-4o"})
     await ctx.get_messages_for_request(token_budget=100_000)
     assert ctx.token_meter_stats.last_actual == 0 and ctx.last_report.ratio == 1.0
+
+
+BAD_READINGS = [
+    float("nan"),
+    float("inf"),
+    float("-inf"),
+    "1234",
+    "lots",
+    -5,
+    True,
+    10**400,
+    complex(3, 1),
+    [100],
+]
+
+
+@pytest.mark.parametrize("bad", BAD_READINGS, ids=lambda v: repr(v)[:12])
+@pytest.mark.parametrize("field", ["input_tokens", "prompt_tokens", "cache_write_tokens"])
+async def test_a_bad_usage_figure_is_no_reading_and_one_warning(
+    bad: object, field: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    events: list = []
+    ctx = ContextFold(token_counter="calibrated", on_event=lambda e, d: events.append(e))
+    await ctx.set_messages(agent_run(2))
+    await ctx.get_messages_for_request(token_budget=100_000)
+    raw = ctx.token_meter_stats.raw_estimate
+    await ctx.on_llm_response({"usage": usage(int(raw * 1.2)), "model": "gpt-4o"})
+    await ctx.get_messages_for_request(token_budget=100_000)
+    learned = ctx.last_report.ratio
+    payload = usage(raw) | {field: bad}
+    with caplog.at_level(logging.WARNING, logger="contextfold"):
+        await ctx.on_llm_response({"usage": payload, "model": "gpt-4o"})
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and f"usage.{field}=" in warnings[0].getMessage()
+    await ctx.get_messages_for_request(token_budget=100_000)
+    assert ctx.last_report.ratio == learned
+    if field == "input_tokens":
+        assert ctx.token_meter_stats.last_actual == int(raw * 1.2)  # the earlier reading stands
+    else:
+        # The other figures still make a reading; the bad one counts as absent.
+        assert ctx.token_meter_stats.last_actual == raw
+
+
+@pytest.mark.parametrize("payload", ["usage", 42, None, {"usage": "lots"}, {"usage": 7.5}])
+async def test_a_payload_that_is_not_usage_is_ignored_with_a_warning(
+    payload: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    ctx = ContextFold(token_counter="heuristic")
+    await ctx.set_messages(agent_run(2))
+    await ctx.get_messages_for_request(token_budget=100_000)
+    with caplog.at_level(logging.WARNING, logger="contextfold"):
+        await ctx.on_llm_response(payload)  # type: ignore[arg-type]
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+    await ctx.get_messages_for_request(token_budget=100_000)
+    assert ctx.token_meter_stats.last_actual is None
+
+
+async def test_bad_cached_token_figure_of_an_sdk_object_is_ignored(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ctx = ContextFold(token_counter="heuristic")
+    await ctx.set_messages(agent_run(2))
+    await ctx.get_messages_for_request(token_budget=100_000)
+    details = SimpleNamespace(cached_tokens=float("nan"))
+    sdk_usage = SimpleNamespace(prompt_tokens=1234, prompt_tokens_details=details)
+    with caplog.at_level(logging.WARNING, logger="contextfold"):
+        await ctx.on_llm_response({"usage": sdk_usage, "model": "gpt-4o"})
+    assert "usage.prompt_tokens_details.cached_tokens=nan" in caplog.text
+    await ctx.get_messages_for_request(token_budget=100_000)
+    assert ctx.token_meter_stats.last_actual == 1234
+
+
+async def test_good_figures_of_other_numeric_types_are_read() -> None:
+    from decimal import Decimal
+    from fractions import Fraction
+
+    ctx = ContextFold(token_counter="heuristic")
+    await ctx.set_messages(agent_run(2))
+    await ctx.get_messages_for_request(token_budget=100_000)
+    for value, expected in ((Decimal("900"), 900), (Fraction(1801, 2), 900), (901.0, 901)):
+        await ctx.on_llm_response({"usage": usage(value), "model": "m"})  # type: ignore[arg-type]
+        await ctx.get_messages_for_request(token_budget=100_000)
+        assert ctx.token_meter_stats.last_actual == expected

@@ -7,13 +7,27 @@ counter every reading also teaches the counter its per-model ratio. In
 ``token_meter: "actual"`` mode the trigger uses the last real figure plus the estimate
 of what was added since (the meter describes the request just answered, not the one
 being assembled).
+
+A usage figure that is not a finite token count (NaN, infinity, a string, a negative number)
+is no reading at all: it is ignored with one warning naming the field, never raised, because a
+provider's odd payload must not end the session it describes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+import math
+import numbers
+import reprlib
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
+
+logger = logging.getLogger(__name__)
+
+# No context is within orders of magnitude of this; beyond it a figure is garbage, and ratios of
+# such integers stop fitting a float.
+MAX_PLAUSIBLE_TOKENS = 2**53
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +49,12 @@ def read_usage(data: Mapping[str, Any]) -> tuple[int, int, int, str | None] | No
     included) and the Anthropic SDK's (``input_tokens`` is the uncached part only, so
     ``cache_creation_input_tokens`` and ``cache_read_input_tokens`` are added).
     """
+    if not isinstance(data, Mapping):
+        logger.warning(
+            "context-fold: ignoring an llm:response payload that is not a mapping: %s",
+            _shown(data),
+        )
+        return None
     usage = data.get("usage")
     if usage is None:
         response = data.get("response")
@@ -44,37 +64,91 @@ def read_usage(data: Mapping[str, Any]) -> tuple[int, int, int, str | None] | No
             usage = getattr(response, "usage", None)
     if usage is None:
         return None
+    if isinstance(usage, str | bytes | numbers.Number):
+        logger.warning(
+            "context-fold: ignoring usage=%s in llm:response: not a usage mapping or object",
+            _shown(usage),
+        )
+        return None
     get = usage.get if isinstance(usage, Mapping) else lambda key: getattr(usage, key, None)
     model = data.get("model")
     model = model if isinstance(model, str) and model else None
-    prompt = _count(get("prompt_tokens"))
+    field = _FieldReader(get)
+    prompt = field("prompt_tokens")
     if prompt is not None:  # OpenAI SDK
         details = get("prompt_tokens_details")
         cached = None
         if details is not None:
-            cached = (
-                details.get("cached_tokens")
+            cached = _FieldReader(
+                details.get
                 if isinstance(details, Mapping)
-                else getattr(details, "cached_tokens", None)
-            )
-        return prompt, _count(cached) or 0, 0, model
-    input_tokens = _count(get("input_tokens"))
+                else lambda key: getattr(details, key, None),
+                prefix="usage.prompt_tokens_details.",
+            )("cached_tokens")
+        return prompt, cached or 0, 0, model
+    input_tokens = field("input_tokens")
     if input_tokens is None:
         return None
-    creation = _count(get("cache_creation_input_tokens"))
-    anthropic_read = _count(get("cache_read_input_tokens"))
+    creation = field("cache_creation_input_tokens")
+    anthropic_read = field("cache_read_input_tokens")
     if creation is not None or anthropic_read is not None:  # Anthropic SDK
         read, write = anthropic_read or 0, creation or 0
         return input_tokens + read + write, read, write, model
-    read = _count(get("cache_read_tokens")) or 0
-    write = _count(get("cache_write_tokens")) or 0
+    read = field("cache_read_tokens") or 0
+    write = field("cache_write_tokens") or 0
     return input_tokens + write, read, write, model
 
 
+class _FieldReader:
+    """Reads one usage field as a token count; a bad value is logged once and read as None."""
+
+    __slots__ = ("_get", "_prefix")
+
+    def __init__(self, get: Callable[[str], Any], prefix: str = "usage.") -> None:
+        self._get = get
+        self._prefix = prefix
+
+    def __call__(self, key: str) -> int | None:
+        value = self._get(key)
+        if value is None:
+            return None
+        count = _count(value)
+        if count is None:
+            logger.warning(
+                "context-fold: ignoring %s%s=%s in llm:response: not a plausible token count",
+                self._prefix,
+                key,
+                _shown(value),
+            )
+        return count
+
+
 def _count(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+    """A whole token count in [0, MAX_PLAUSIBLE_TOKENS], or None for anything else (bools,
+    NaN, inf, text, negative or absurd figures)."""
+    if isinstance(value, bool):
         return None
-    return int(value)
+    if isinstance(value, numbers.Integral):
+        count = int(value)
+    elif isinstance(value, numbers.Number):  # float, Decimal, Fraction, numpy scalars
+        try:
+            number = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError, OverflowError):
+            return None
+        if not math.isfinite(number):
+            return None
+        count = int(number)
+    else:
+        return None
+    return count if 0 <= count <= MAX_PLAUSIBLE_TOKENS else None
+
+
+def _shown(value: Any) -> str:
+    """A short repr for a log line, whatever the payload holds."""
+    try:
+        return reprlib.repr(value)
+    except Exception:  # a hostile __repr__ must not turn a log line into a crash
+        return f"<{type(value).__name__}>"
 
 
 @dataclass(frozen=True, slots=True)
