@@ -18,8 +18,19 @@ Sizes are contextfold's own counts (exact o200k by default). The same conversati
 run through ``contextfold.cli.replay.replay_messages`` and every request it records must agree
 with this driver's (the two are independent implementations of the same loop).
 
+``--refusals`` compares, side by side on the same requests, contextfold (its defaults, or
+``--config``) with a naive drop-oldest policy in a small window (default 4,000 tokens, tool
+results capped at 4,096 bytes on the way in for both): each conversation alone, and every
+``--chain`` (5) conversations chained into one session. The naive policy keeps the system
+messages, drops the oldest whole turn or call group (a call and its results leave together)
+until the view fits, and refuses only when the newest group alone cannot fit. Reported per
+policy: requests refused, views over the budget, views that split a call group, and the share
+of "facts" kept: the argument values of the next tool call that appear somewhere in the
+history, found in the view sent (cheap, and what the next call needs).
+
     uv run python bench/bench_bfcl_replay.py
     uv run python bench/bench_bfcl_replay.py --window 16000 --json bench/out/replay.json
+    uv run python bench/bench_bfcl_replay.py --refusals
 """
 
 from __future__ import annotations
@@ -38,9 +49,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bfcl_corpus import Conversation, build_corpus
+from bfcl_corpus import Conversation, build_corpus, chain_conversations
 
 DEFAULT_WINDOW = 8_000
+REFUSAL_WINDOW = 4_000
+REFUSAL_CAP_BYTES = 4_096
+REFUSAL_CHAIN = 5
 
 
 # --------------------------------------------------------------------------- per request
@@ -387,6 +401,265 @@ def _json_report(results: list[ConversationResult], summary: dict[str, Any]) -> 
     }
 
 
+# --------------------------------------------------------------------------- refusals
+
+
+@dataclass
+class PolicyTally:
+    """What one context policy did on a run of requests."""
+
+    policy: str
+    requests: int = 0
+    refused: int = 0
+    over_budget: int = 0
+    split_groups: int = 0
+    facts_needed: int = 0
+    facts_kept: int = 0
+
+    @property
+    def facts_kept_share(self) -> float | None:
+        return self.facts_kept / self.facts_needed if self.facts_needed else None
+
+
+def _message_text(message: Mapping[str, Any]) -> str:
+    """The words a model reads in a message: its text and its calls' arguments."""
+    content = message.get("content")
+    parts = [content] if isinstance(content, str) else []
+    if isinstance(content, list):
+        parts += [str(b.get("text", b.get("content", ""))) for b in content if isinstance(b, dict)]
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        parts.append(str(function.get("arguments", call.get("arguments", ""))))
+    return "\n".join(parts)
+
+
+def _argument_values(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        return [v for value in node.values() for v in _argument_values(value)]
+    if isinstance(node, list):
+        return [v for value in node for v in _argument_values(value)]
+    if isinstance(node, bool) or node is None:
+        return []
+    text = str(node)
+    return [text] if len(text) >= 3 else []  # shorter values match anywhere by chance
+
+
+def facts_needed(next_message: Mapping[str, Any] | None, history_text: str) -> set[str]:
+    """Argument values of the next tool calls that the history holds (a fact the model must
+    still see to make those calls); values found nowhere in the history are not counted."""
+    if next_message is None:
+        return set()
+    values: set[str] = set()
+    for call in next_message.get("tool_calls") or []:
+        raw = (call.get("function") or {}).get("arguments", "{}")
+        try:
+            arguments = json.loads(raw) if isinstance(raw, str) else raw
+        except json.JSONDecodeError:
+            continue
+        values.update(_argument_values(arguments))
+    return {value for value in values if value in history_text}
+
+
+def cap_tool_result(message: dict[str, Any], cap_bytes: int) -> dict[str, Any]:
+    """The naive policy's ingress cap: a tool result's text cut to ``cap_bytes`` UTF-8 bytes."""
+    content = message.get("content")
+    if message.get("role") != "tool" or not isinstance(content, str):
+        return message
+    data = content.encode()
+    if len(data) <= cap_bytes:
+        return message
+    return dict(message, content=data[:cap_bytes].decode(errors="ignore"))
+
+
+def _units(history: Sequence[Mapping[str, Any]]) -> list[list[int]]:
+    """Removable units, oldest first: a call and its results together, any other message alone."""
+    units: list[list[int]] = []
+    for index, message in enumerate(history):
+        if message.get("role") == "system":
+            continue
+        if message.get("role") == "tool" and units and history[units[-1][0]].get("tool_calls"):
+            units[-1].append(index)
+        else:
+            units.append([index])
+    return units
+
+
+def naive_view(
+    history: Sequence[dict[str, Any]], costs: Sequence[int], window: int
+) -> list[dict[str, Any]] | None:
+    """Drop the oldest whole units until the view fits; None when the newest alone cannot."""
+    units = _units(history)
+    total = sum(costs)
+    dropped: set[int] = set()
+    for unit in units[:-1]:
+        if total <= window:
+            break
+        dropped.update(unit)
+        total -= sum(costs[i] for i in unit)
+    if total > window:
+        return None
+    return [m for i, m in enumerate(history) if i not in dropped]
+
+
+async def compare_refusals(
+    conversations: Sequence[Conversation],
+    config: Mapping[str, Any],
+    window: int,
+    cap_bytes: int,
+) -> dict[str, PolicyTally]:
+    """Replay each conversation under contextfold and the naive policy, request for request."""
+    tallies = {"contextfold": PolicyTally("contextfold"), "naive": PolicyTally("naive")}
+    for conv in conversations:
+        await _compare_one(conv, config, window, cap_bytes, tallies)
+    return tallies
+
+
+async def _compare_one(
+    conv: Conversation,
+    config: Mapping[str, Any],
+    window: int,
+    cap_bytes: int,
+    tallies: Mapping[str, PolicyTally],
+) -> None:
+    from contextfold import ContextFold, ContextLengthError
+
+    ctx = ContextFold({**config, "max_tool_result_bytes": cap_bytes})
+    count = _CountCache(ctx.counter)
+    history: list[dict[str, Any]] = []
+    costs: list[int] = []
+    history_text: list[str] = []
+
+    async def request(next_index: int) -> None:
+        nxt = conv.messages[next_index] if next_index < len(conv.messages) else None
+        needed = facts_needed(nxt, "\n".join(history_text))
+        view: list[dict[str, Any]] | None
+        try:
+            view = await ctx.get_messages_for_request(token_budget=window)
+            size = ctx.last_report.tokens_after
+        except ContextLengthError:
+            view, size = None, 0
+        _tally(tallies["contextfold"], view, size, window, needed)
+        naive = naive_view(history, costs, window)
+        naive_size = sum(count(m) for m in naive) if naive is not None else 0
+        _tally(tallies["naive"], naive, naive_size, window, needed)
+
+    for index, message in enumerate(conv.messages):
+        if message["role"] == "assistant" and index > 0:
+            await request(index)
+        await ctx.add_message(dict(message))
+        capped = cap_tool_result(message, cap_bytes)
+        history.append(capped)
+        costs.append(count(capped))
+        history_text.append(_message_text(message))
+    await request(len(conv.messages))
+
+
+def _tally(
+    tally: PolicyTally,
+    view: Sequence[Mapping[str, Any]] | None,
+    size: int,
+    window: int,
+    needed: set[str],
+) -> None:
+    tally.requests += 1
+    tally.facts_needed += len(needed)
+    if view is None:
+        tally.refused += 1
+        return
+    tally.over_budget += size > window
+    tally.split_groups += bool(group_problems(view))
+    text = "\n".join(_message_text(m) for m in view)
+    tally.facts_kept += sum(1 for fact in needed if fact in text)
+
+
+def refusal_summary_line(
+    separate: Mapping[str, PolicyTally],
+    chained: Mapping[str, PolicyTally],
+    *,
+    conversations: int,
+    window: int,
+    cap_bytes: int,
+    chain: int,
+) -> str:
+    cf, nv, ccf, cnv = (
+        separate["contextfold"], separate["naive"], chained["contextfold"], chained["naive"],
+    )  # fmt: skip
+    return (
+        f"BFCL long-context, {conversations} conversations, {window:,}-token window, tool "
+        f"results capped at {cap_bytes:,} bytes: contextfold refuses {cf.refused} of "
+        f"{cf.requests:,} requests, naive drop-oldest {nv.refused} ({chain} chained per session: "
+        f"{ccf.refused} vs {cnv.refused} of {ccf.requests:,}); views over budget "
+        f"{cf.over_budget + ccf.over_budget} vs {nv.over_budget + cnv.over_budget}, split groups "
+        f"{cf.split_groups + ccf.split_groups} vs {nv.split_groups + cnv.split_groups}; "
+        f"facts kept {_pct(cf.facts_kept_share)} vs {_pct(nv.facts_kept_share)}."
+    )
+
+
+def print_refusals(
+    runs: Mapping[str, Mapping[str, PolicyTally]], summary_line: str, seconds: float
+) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 150)
+    table = Table(title="Refusals beside a naive drop-oldest policy")
+    table.add_column("metric")
+    for run_name in runs:
+        for policy in ("contextfold", "naive"):
+            table.add_column(f"{run_name}\n{policy}", justify="right")
+    metrics = (
+        ("requests", lambda t: f"{t.requests:,}"),
+        ("refused", lambda t: str(t.refused)),
+        ("views over budget", lambda t: str(t.over_budget)),
+        ("views splitting a call group", lambda t: str(t.split_groups)),
+        ("facts kept", lambda t: f"{_pct(t.facts_kept_share)} of {t.facts_needed:,}"),
+    )
+    for label, render in metrics:
+        table.add_row(
+            label,
+            *(render(tallies[p]) for tallies in runs.values() for p in ("contextfold", "naive")),
+        )
+    console.print(table)
+    console.print(summary_line, highlight=False)
+    console.print(f"wall time {seconds:.1f} s", highlight=False)
+
+
+def main_refusals(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    started = time.perf_counter()
+    window = args.window or REFUSAL_WINDOW
+    corpus = build_corpus(args.category, args.limit)
+    conversations = corpus.conversations
+    separate = asyncio.run(compare_refusals(conversations, config, window, args.cap_bytes))
+    chained_convs = chain_conversations(conversations, args.chain)
+    chained = asyncio.run(compare_refusals(chained_convs, config, window, args.cap_bytes))
+    line = refusal_summary_line(
+        separate,
+        chained,
+        conversations=len(conversations),
+        window=window,
+        cap_bytes=args.cap_bytes,
+        chain=args.chain,
+    )
+    runs = {"one per session": separate, f"{args.chain} chained": chained}
+    print_refusals(runs, line, time.perf_counter() - started)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        report = {
+            "window": window,
+            "cap_bytes": args.cap_bytes,
+            "chain": args.chain,
+            "summary": line,
+            "runs": {
+                name: {p: asdict(t) | {"facts_kept_share": t.facts_kept_share}
+                       for p, t in tallies.items()}
+                for name, tallies in runs.items()
+            },
+        }  # fmt: skip
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -407,7 +680,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--category", default="long_context", help="BFCL multi-turn category")
     parser.add_argument("--limit", type=int, default=None, help="replay at most N conversations")
-    parser.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="token budget")
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=None,
+        help=f"token budget ({DEFAULT_WINDOW:,}; {REFUSAL_WINDOW:,} with --refusals)",
+    )
+    parser.add_argument(
+        "--refusals",
+        action="store_true",
+        help="compare refusals with a naive drop-oldest policy, alone and chained",
+    )
+    parser.add_argument(
+        "--cap-bytes",
+        type=int,
+        default=REFUSAL_CAP_BYTES,
+        help="with --refusals: ingress cap on tool results in bytes (both policies)",
+    )
+    parser.add_argument(
+        "--chain",
+        type=int,
+        default=REFUSAL_CHAIN,
+        help="with --refusals: conversations chained into one session",
+    )
     parser.add_argument(
         "--config",
         default="{}",
@@ -419,14 +714,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, help="also write every request to this JSON file")
     args = parser.parse_args(argv)
-    if args.window < 1:
+    if args.window is not None and args.window < 1:
         parser.error("--window must be a positive number of tokens")
+    if args.cap_bytes < 1024:
+        parser.error("--cap-bytes must be at least 1024 (contextfold's minimum)")
+    if args.chain < 1:
+        parser.error("--chain must be at least 1")
     try:
         config = json.loads(args.config)
     except json.JSONDecodeError as exc:
         parser.error(f"--config is not valid JSON: {exc}")
     if not isinstance(config, dict):
         parser.error("--config must be a JSON object of contextfold settings")
+    if args.refusals:
+        return main_refusals(args, config)
+    args.window = args.window or DEFAULT_WINDOW
 
     started = time.perf_counter()
     try:

@@ -10,6 +10,9 @@ agent would have seen. This module turns that into OpenAI/Amplifier chat histori
               assistant with tool_calls  ->  one tool message per call (repeated)
               assistant text closing the turn ("Done: ...")
 
+``chain_conversations`` joins consecutive conversations into one long session (one system
+prompt, call ids kept unique), the shape of a long agent run.
+
 Calls are parsed with ``ast`` (never ``eval``). Output is deterministic: the simulators seed their
 own random generators from the scenario. Conversations whose simulator module cannot be imported
 are skipped and counted, not fatal.
@@ -43,6 +46,7 @@ __all__ = [
     "build_conversations",
     "build_corpus",
     "categories",
+    "chain_conversations",
 ]
 
 _SIMULATOR_PACKAGE = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code"
@@ -344,6 +348,44 @@ def build_conversations(
 ) -> list[Conversation]:
     """Conversations of one category; those whose simulator cannot be imported are left out."""
     return build_corpus(category, limit, system_prompt=system_prompt).conversations
+
+
+def chain_conversations(conversations: list[Conversation], size: int) -> list[Conversation]:
+    """Every ``size`` consecutive conversations joined into one long session.
+
+    A session has one system prompt (the first conversation's is kept, the others' dropped)
+    and a provider's call ids are unique within it, so ids are prefixed with the part's
+    number. A short last chunk is chained too.
+    """
+    if size < 1:
+        raise ValueError(f"size must be >= 1, got {size}")
+    chained = []
+    for start in range(0, len(conversations), size):
+        parts = conversations[start : start + size]
+        messages: list[dict[str, Any]] = []
+        for number, conv in enumerate(parts):
+            for message in conv.messages:
+                if number and message["role"] == "system":
+                    continue
+                messages.append(_renumbered(message, f"p{number}_"))
+        chained.append(
+            Conversation(
+                id="+".join(conv.id for conv in parts),
+                category=parts[0].category,
+                messages=messages,
+                tools=[tool for conv in parts for tool in conv.tools],
+            )
+        )
+    return chained
+
+
+def _renumbered(message: dict[str, Any], prefix: str) -> dict[str, Any]:
+    renamed = dict(message)
+    if "tool_call_id" in renamed:
+        renamed["tool_call_id"] = prefix + renamed["tool_call_id"]
+    if renamed.get("tool_calls"):
+        renamed["tool_calls"] = [dict(c, id=prefix + c["id"]) for c in renamed["tool_calls"]]
+    return renamed
 
 
 # --------------------------------------------------------------------------- CLI
