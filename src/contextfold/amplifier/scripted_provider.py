@@ -77,7 +77,7 @@ REPLY_SHAPES = ("plain", "anthropic-thinking")
 CALL_ID_MODES = ("unique", "per_response")
 # Sizes of a real signed thinking block from Amplifier's Anthropic provider: a few hundred
 # words of reasoning and a signature of several hundred base64 characters.
-THINKING_WORDS = 220
+THINKING_WORDS = 250
 SIGNATURE_CHARS = 480
 _GENERATOR_KEYS = frozenset({"steps", "tool", "argument", "final_text"})
 
@@ -503,12 +503,14 @@ _THINKING_WORDS = (
     "before", "summary", "compare", "earlier", "notes", "check", "whether", "topic", "covers",
     "detail", "missing", "evidence", "so", "I", "will", "look", "up", "again", "and", "weigh",
     "each", "claim", "against", "document", "carefully", "then", "decide", "what", "remains",
+    "reconciling", "discrepancy", "provenance", "methodology", "quantitative", "assumptions",
+    "cross-reference", "inconsistent", "timeline", "2019", "estimates", "caveat", "plausibly",
 )  # fmt: skip
 
 
 def thinking_text(response_index: int, step_text: str) -> str:
     """Deterministic reasoning of ``THINKING_WORDS`` words for one response."""
-    words = [f"Response {response_index}: {step_text or 'answering'}."]
+    words = [f"Response {response_index}: {step_text.rstrip('.') or 'answering'}."]
     seed = hashlib.sha256(f"thinking:{response_index}".encode()).digest()
     i = 0
     while len(words) < THINKING_WORDS:
