@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import reprlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -20,6 +21,12 @@ logger = logging.getLogger(__name__)
 
 TOKEN_METER_MODES = ("estimate", "actual")
 NOTICE_ROLES = ("user", "system")
+# The reference module's notice verbosities; its "verbose" renders what "normal" does here.
+NOTICE_VERBOSITIES = ("normal", "minimal")
+NOTICE_VERBOSITY_ALIASES = {"verbose": "normal"}
+
+DEFAULT_COMPACT_THRESHOLD = 0.92
+DEFAULT_TARGET_USAGE = 0.50
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +41,8 @@ class ContextConfig:
     # Ingress cap on tool-result text.
     max_tool_result_bytes: int = 131_072
     # Compaction trigger and target, as fractions of the effective budget less the notice reserve.
-    compact_threshold: float = 0.92
-    target_usage: float = 0.50
+    compact_threshold: float = DEFAULT_COMPACT_THRESHOLD
+    target_usage: float = DEFAULT_TARGET_USAGE
     # Protection.
     protected_recent: float = 0.30
     protected_tool_results: int = 5
@@ -46,6 +53,9 @@ class ContextConfig:
     compaction_notice_enabled: bool = True
     compaction_notice_token_reserve: int = 800
     compaction_notice_role: str = "user"
+    compaction_notice_verbosity: str = "normal"
+    # No notice for a pass whose level is below this (0 and 1: every pass has one).
+    compaction_notice_min_level: int = 0
     # Token counting and the real-usage meter.
     token_meter: str = "estimate"
     token_counter: str = "calibrated"
@@ -63,7 +73,8 @@ class ContextConfig:
             raise ConfigError(
                 f"target_usage={self.target_usage} is above compact_threshold="
                 f"{self.compact_threshold}: compaction would stop above the level that triggers "
-                "it. Set target_usage below compact_threshold (defaults 0.50 and 0.92)."
+                "it. Set target_usage below compact_threshold (defaults 0.50 and 0.92), or leave "
+                "target_usage out and it follows the threshold."
             )
         _check_fraction("protected_recent", self.protected_recent, allow_zero=True)
         _check_int_at_least("protected_tool_results", self.protected_tool_results, 0)
@@ -73,55 +84,215 @@ class ContextConfig:
         _check_int_at_least(
             "compaction_notice_token_reserve", self.compaction_notice_token_reserve, 0
         )
-        if self.compaction_notice_role not in NOTICE_ROLES:
+        if (
+            not _is_str(self.compaction_notice_role)
+            or self.compaction_notice_role not in NOTICE_ROLES
+        ):
             raise ConfigError(
-                f"compaction_notice_role={self.compaction_notice_role!r} is not one of "
+                f"compaction_notice_role={shown(self.compaction_notice_role)} is not one of "
                 f"{', '.join(NOTICE_ROLES)}."
             )
-        if self.token_model is not None and not isinstance(self.token_model, str):
-            raise ConfigError(f"token_model must be a model name string, got {self.token_model!r}.")
+        verbosity = self.compaction_notice_verbosity
+        if _is_str(verbosity) and verbosity in NOTICE_VERBOSITY_ALIASES:
+            # Frozen: normalise through object.__setattr__ so every reader sees one spelling.
+            object.__setattr__(
+                self, "compaction_notice_verbosity", NOTICE_VERBOSITY_ALIASES[verbosity]
+            )
+        elif not _is_str(verbosity) or verbosity not in NOTICE_VERBOSITIES:
+            raise ConfigError(
+                f"compaction_notice_verbosity={shown(verbosity)} is not one of "
+                f"{', '.join(NOTICE_VERBOSITIES)} ('verbose' is read as 'normal')."
+            )
+        _check_int_at_least("compaction_notice_min_level", self.compaction_notice_min_level, 0)
+        if self.token_model is not None and not _is_str(self.token_model):
+            raise ConfigError(
+                f"token_model must be a model name string, got {shown(self.token_model)}."
+            )
         from .tokens import COUNTER_KINDS  # late: tokens imports nothing of ours
 
-        if self.token_counter not in COUNTER_KINDS:
+        if not _is_str(self.token_counter) or self.token_counter not in COUNTER_KINDS:
             raise ConfigError(
-                f"token_counter={self.token_counter!r} is unknown; use one of "
+                f"token_counter={shown(self.token_counter)} is unknown; use one of "
                 f"{', '.join(COUNTER_KINDS)} (default 'calibrated')."
             )
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any] | None) -> ContextConfig:
-        """Build from a module config dict; unknown keys are refused with a suggestion."""
+        """Build from a module config dict; unknown keys are refused with a suggestion.
+
+        A ``target_usage`` left out follows a ``compact_threshold`` set below the default
+        (see :func:`default_target_usage`), with a log line; one given stays as given.
+        """
         if mapping is None:
             return cls()
         if isinstance(mapping, ContextConfig):
             return mapping
         if not isinstance(mapping, Mapping):
             raise ConfigError(
-                f"context config must be a mapping of keys to values, got {type(mapping).__name__}."
+                f"context config must be a mapping of keys to values, got "
+                f"{type(mapping).__name__}: {shown(mapping)}."
             )
         known = {f.name for f in fields(cls)}
         values: dict[str, Any] = {}
         for key, value in mapping.items():
             if key not in known:
-                close = difflib.get_close_matches(str(key), sorted(known), n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
-                raise ConfigError(
-                    f"unknown config key {key!r}.{hint} Known keys: {', '.join(sorted(known))}."
-                )
+                raise ConfigError(_unknown_key_message(key, known))
             values[key] = value
         meter = values.get("token_meter", "estimate")
-        if meter not in TOKEN_METER_MODES:
+        if not _is_str(meter) or meter not in TOKEN_METER_MODES:
             # The contract: an unknown meter mode warns and falls back, it does not fail.
             logger.warning(
-                "context-fold: token_meter=%r is not one of %s; falling back to 'estimate'",
-                meter,
+                "context-fold: token_meter=%s is not one of %s; falling back to 'estimate'",
+                shown(meter),
                 "/".join(TOKEN_METER_MODES),
             )
             values["token_meter"] = "estimate"
+        if "target_usage" not in values:
+            threshold = values.get("compact_threshold", DEFAULT_COMPACT_THRESHOLD)
+            target = default_target_usage(threshold)
+            if target != DEFAULT_TARGET_USAGE:
+                logger.info(
+                    "context-fold: compact_threshold=%s without target_usage: target_usage "
+                    "follows it to %s (the defaults' proportion, 0.50/0.92); set target_usage "
+                    "to choose another",
+                    threshold,
+                    target,
+                )
+                values["target_usage"] = target
         return cls(**values)
+
+    @classmethod
+    def resolve(
+        cls,
+        config: ContextConfig | Mapping[str, Any] | None,
+        settings: Mapping[str, Any] | None = None,
+    ) -> ContextConfig:
+        """The one entry point from ``ContextFold(config, **settings)`` to a valid config.
+
+        ``config`` is a ``ContextConfig``, a mapping of keys or None; keyword ``settings``
+        override it key by key. Anything else (a string, a number, a list of pairs) is a
+        ``ConfigError`` saying what to pass. Over a ``ContextConfig``, a ``target_usage`` equal
+        to what its threshold would give by default counts as not given, so it still follows a
+        threshold the settings lower.
+        """
+        if settings is None:
+            settings = {}
+        if not isinstance(settings, Mapping):
+            raise ConfigError(
+                f"settings must be a mapping of config keys to values, got "
+                f"{type(settings).__name__}: {shown(settings)}."
+            )
+        if isinstance(config, ContextConfig):
+            if not settings:
+                return config
+            base = config.to_dict()
+            if config.target_usage == default_target_usage(config.compact_threshold):
+                del base["target_usage"]
+        elif config is None:
+            base = {}
+        elif isinstance(config, Mapping):
+            base = dict(config)
+        else:
+            raise ConfigError(
+                f"config must be a mapping of config keys to values, a ContextConfig or None; "
+                f"got {type(config).__name__}: {shown(config)}. Pass keys as a dict or as "
+                "keywords, e.g. ContextFold({'max_tokens': 8000}) or ContextFold(max_tokens=8000)."
+            )
+        return cls.from_mapping({**base, **settings})
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def default_target_usage(compact_threshold: Any) -> Any:
+    """The target a config gets when it names none: 0.50, or less under a lower threshold.
+
+    ``min(0.50, compact_threshold * 0.50 / 0.92)``, rounded to 4 places: the defaults'
+    proportion between target and trigger is kept, so lowering only the threshold never
+    leaves a target above it (a refused config) or so close under it that every pass ends
+    a step from the next trigger. A threshold that is not a number is returned as the
+    default for ``__post_init__`` to refuse by name.
+    """
+    if not _is_fraction(compact_threshold) or compact_threshold <= 0:
+        return DEFAULT_TARGET_USAGE
+    followed = compact_threshold * DEFAULT_TARGET_USAGE / DEFAULT_COMPACT_THRESHOLD
+    if followed >= DEFAULT_TARGET_USAGE:
+        return DEFAULT_TARGET_USAGE
+    return round(followed, 4) or followed
+
+
+# A value echoed in an error comes from a config file: a YAML alias bomb expands to billions of
+# elements under repr(), and a 5,000-digit integer cannot be repr()'d at all. Errors show it
+# through these bounds instead.
+class _BoundedRepr(reprlib.Repr):
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel = 2
+        self.maxlist = self.maxtuple = self.maxset = self.maxfrozenset = 4
+        self.maxdeque = self.maxarray = self.maxdict = 4
+        self.maxstring = 80
+        self.maxlong = 40
+        self.maxother = 60
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 128:  # repr() itself refuses past 4,300 digits
+            return f"<int of {x.bit_length()} bits>"
+        return super().repr_int(x, level)
+
+    def repr_instance(self, x: Any, level: int) -> str:
+        # Subclasses (a YAML loader's ordered maps, str subclasses) would otherwise get the
+        # builtin repr in full before it is cut.
+        if isinstance(x, str):
+            return self.repr_str(str(x), level)
+        if isinstance(x, int) and not isinstance(x, bool):
+            return self.repr_int(int(x), level)
+        if isinstance(x, Mapping):
+            return self.repr_dict(dict(list(_first(x.items(), self.maxdict + 1))), level)
+        if isinstance(x, list | tuple | set | frozenset):
+            return self.repr_list(list(_first(x, self.maxlist + 1)), level)
+        if isinstance(x, float | complex | bool | type(None)):
+            return repr(x)
+        return f"<{type(x).__name__}>"
+
+
+def _first(items: Any, n: int) -> list[Any]:
+    out = []
+    for item in items:
+        if len(out) == n:
+            break
+        out.append(item)
+    return out
+
+
+_bounded = _BoundedRepr()
+_SHOWN_MAX_CHARS = 120
+
+
+def shown(value: Any) -> str:
+    """A config value as an error message may quote it: at most a line, whatever it holds."""
+    try:
+        text = _bounded.repr(value)
+    except Exception:  # a hostile __repr__ or __len__ must not replace the real error
+        return f"<{type(value).__name__}>"
+    if len(text) > _SHOWN_MAX_CHARS:
+        text = text[: _SHOWN_MAX_CHARS - 3] + "..."
+    return text
+
+
+def _unknown_key_message(key: Any, known: set[str]) -> str:
+    hint = ""
+    if _is_str(key) and len(key) <= 100:  # difflib is quadratic in the key's length
+        close = difflib.get_close_matches(key, sorted(known), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+    return f"unknown config key {shown(key)}.{hint} Known keys: {', '.join(sorted(known))}."
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_fraction(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _is_int(value: Any) -> bool:
@@ -130,7 +301,7 @@ def _is_int(value: Any) -> bool:
 
 def _check_positive_int(key: str, value: Any) -> None:
     if not _is_int(value) or value <= 0:
-        raise ConfigError(f"{key} must be a positive whole number of tokens, got {value!r}.")
+        raise ConfigError(f"{key} must be a positive whole number of tokens, got {shown(value)}.")
 
 
 def _check_optional_positive_int(key: str, value: Any) -> None:
@@ -138,24 +309,25 @@ def _check_optional_positive_int(key: str, value: Any) -> None:
         return
     if not _is_int(value) or value <= 0:
         raise ConfigError(
-            f"{key} must be a positive whole number of tokens or unset (no cap), got {value!r}. "
+            f"{key} must be a positive whole number of tokens or unset (no cap), got "
+            f"{shown(value)}. "
             "Leave it unset to use the model's whole window."
         )
 
 
 def _check_int_at_least(key: str, value: Any, minimum: int) -> None:
     if not _is_int(value) or value < minimum:
-        raise ConfigError(f"{key} must be a whole number >= {minimum}, got {value!r}.")
+        raise ConfigError(f"{key} must be a whole number >= {minimum}, got {shown(value)}.")
 
 
 def _check_fraction(key: str, value: Any, *, allow_zero: bool) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    ok = _is_fraction(value)
     low_ok = ok and (value >= 0 if allow_zero else value > 0)
     if not (ok and low_ok and value <= 1):
         interval = "[0, 1]" if allow_zero else "(0, 1]"
-        raise ConfigError(f"{key} must be a fraction in {interval}, got {value!r}.")
+        raise ConfigError(f"{key} must be a fraction in {interval}, got {shown(value)}.")
 
 
 def _check_bool(key: str, value: Any) -> None:
     if not isinstance(value, bool):
-        raise ConfigError(f"{key} must be true or false, got {value!r}.")
+        raise ConfigError(f"{key} must be true or false, got {shown(value)}.")

@@ -7,6 +7,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from .errors import ConfigError
+
 logger = logging.getLogger(__name__)
 
 BUDGET = "context:budget"
@@ -14,8 +16,9 @@ COMPACTION = "context:compaction"
 REPORT = "context:report"
 INGRESS_TRUNCATED = "context:tool_result_ingress_truncated"
 CALIBRATION = "context:calibration"
+REPAIRED = "context:repaired"  # a sequence fault admitted to history and mended in the view
 
-ALL_EVENTS = (BUDGET, COMPACTION, REPORT, INGRESS_TRUNCATED, CALIBRATION)
+ALL_EVENTS = (BUDGET, COMPACTION, REPORT, INGRESS_TRUNCATED, CALIBRATION, REPAIRED)
 
 EventCallback = Callable[[str, dict[str, Any]], Awaitable[Any] | Any]
 
@@ -24,6 +27,7 @@ class EventSink:
     """Delivers events to a sync or async callback; a failing callback is logged and swallowed."""
 
     def __init__(self, callback: EventCallback | None = None) -> None:
+        _check_callback(callback)
         self._callback = callback
 
     @property
@@ -40,3 +44,25 @@ class EventSink:
         except Exception:
             # Invariant: observability never breaks a request.
             logger.warning("context-fold: handler for %s failed; ignored", event, exc_info=True)
+
+
+def _check_callback(callback: Any) -> None:
+    """Refuse at construction what would fail on every emit (and be swallowed each time)."""
+    if callback is None:
+        return
+    if not callable(callback):
+        raise ConfigError(
+            f"on_event must be a function called as on_event(event, data), sync or async, "
+            f"or None; got {type(callback).__name__}."
+        )
+    try:
+        signature = inspect.signature(callback)
+    except (TypeError, ValueError):
+        return  # some builtins have no introspectable signature: give them the benefit
+    try:
+        signature.bind("context:report", {})
+    except TypeError:
+        raise ConfigError(
+            f"on_event must accept two arguments, on_event(event, data); "
+            f"{getattr(callback, '__qualname__', type(callback).__name__)}{signature} does not."
+        ) from None
