@@ -620,7 +620,7 @@ def print_refusals(
             *(render(tallies[p]) for tallies in runs.values() for p in ("contextfold", "naive")),
         )
     console.print(table)
-    console.print(summary_line, highlight=False)
+    console.print(summary_line, highlight=False, soft_wrap=True)  # one line, quotable
     console.print(f"wall time {seconds:.1f} s", highlight=False)
 
 
