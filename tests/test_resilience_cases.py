@@ -239,6 +239,38 @@ async def test_7_4_defaults_refuse_no_more_than_naive_drop_oldest_on_bfcl() -> N
     assert ours.refused <= naive.refused, (ours, naive)
 
 
+def test_7_4_the_naive_baseline_drops_oldest_whole_groups_and_refuses_only_the_impossible() -> None:
+    bench = _load_bench()
+    history = [
+        {"role": "system", "content": "s"},
+        human("first"),
+        call("c1"),
+        result("c1"),
+        reply("r1"),
+        human("last"),
+    ]
+    costs = [5, 10, 20, 30, 10, 10]
+    # Over by 20: the oldest unit (the first prompt, 10) is not enough, so the call group
+    # (50) leaves whole; never half of it.
+    view = bench.naive_view(history, costs, 65)
+    assert view == [history[0], history[4], history[5]]
+    assert bench.naive_view(history, costs, 85) == history  # fits: nothing dropped
+    assert bench.naive_view(history, costs, 75) == [history[0], *history[2:]]
+    assert bench.naive_view(history, costs, 14) is None  # system + newest message: 15
+    assert bench.naive_view(history, costs, 15) == [history[0], history[5]]
+
+
+def test_7_4_chained_sessions_keep_one_system_prompt_and_unique_call_ids() -> None:
+    bench = _load_bench()
+    conversations = bench.build_corpus("long_context", 3).conversations
+    (chained,) = bench.chain_conversations(conversations, 5)
+    assert len(chained.messages) == sum(len(c.messages) for c in conversations) - 2
+    assert [m["role"] for m in chained.messages].count("system") == 1
+    ids = [c["id"] for m in chained.messages for c in m.get("tool_calls") or []]
+    assert len(ids) == len(set(ids))
+    assert_provider_accepts(chained.messages)
+
+
 # -- 7.5: the compaction notice never causes a refusal ---------------------------------------
 
 
