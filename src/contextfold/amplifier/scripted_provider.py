@@ -615,22 +615,11 @@ class ScriptedProvider:
         if self.config.strict_sequence:
             sequence = self._checker.check(messages, self.emitted)
             if not sequence.ok:
-                self.records.append(
-                    RequestRecord(
-                        index, total, 0, 0, 0, len(messages), window, total > window,
-                        rejected=True, sequence=sequence,
-                    )
-                )  # fmt: skip
+                self.records.append(_refused(index, total, len(messages), window, sequence))
                 raise sequence_refusal(sequence, model=self.config.model)
 
         if total > window and self.config.enforce_window:
-            # Refused requests cache nothing: the whole size is uncached input.
-            self.records.append(
-                RequestRecord(
-                    index, total, 0, 0, 0, len(messages), window, True,
-                    rejected=True, sequence=sequence,
-                )
-            )  # fmt: skip
+            self.records.append(_refused(index, total, len(messages), window, sequence))
             raise window_exceeded_error(
                 requested=total,
                 limit=window,
@@ -764,6 +753,24 @@ class ScriptedProvider:
             await self.hooks.emit(event, data)
         except Exception:  # observability must never break a request
             logger.warning("provider-scripted: emitting %s failed", event, exc_info=True)
+
+
+def _refused(
+    index: int, total: int, message_count: int, window: int, sequence: SequenceCheck | None
+) -> RequestRecord:
+    """The record of a refused request: it caches nothing, so its whole size is uncached."""
+    return RequestRecord(
+        index=index,
+        input_tokens=total,
+        cache_read_tokens=0,
+        cache_write_tokens=0,
+        output_tokens=0,
+        message_count=message_count,
+        window=window,
+        overflowed=total > window,
+        rejected=True,
+        sequence=sequence,
+    )
 
 
 async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> None:
