@@ -141,6 +141,44 @@ async def test_mount_does_not_hide_a_coordinator_fault() -> None:
     assert isinstance(sync_host.mounted["context"], ContextFold)
 
 
+class ListingHooks(RecordingHooks):
+    """A registry that can say which events have handlers, as the kernel's can."""
+
+    def __init__(self, listened: set[str], *, broken: bool = False) -> None:
+        super().__init__()
+        self.listened = listened
+        self.broken = broken
+
+    def list_handlers(self, event=None):
+        if self.broken:
+            raise RuntimeError("this registry lists nothing")
+        return {event: ["someone"] if event in self.listened else []}
+
+
+async def test_events_nobody_listens_to_are_not_sent_to_the_kernel() -> None:
+    hooks = ListingHooks({"context:budget"})
+    coordinator = PlainCoordinator(hooks)
+    await mount(coordinator, {"max_tokens": 12_000, "token_counter": "heuristic"})
+    context = coordinator.mounted["context"]
+    await context.set_messages(agent_run(40, result_chars=3000))
+    await context.get_messages_for_request()
+    assert [name for name, _ in hooks.events] == ["context:budget"]
+    hooks.listened.add("context:report")  # a handler registered mid-session hears the next
+    await context.get_messages_for_request(token_budget=11_000)
+    assert [name for name, _ in hooks.events] == [
+        "context:budget",
+        "context:budget",
+        "context:report",
+    ]
+
+    broken = ListingHooks(set(), broken=True)  # cannot tell: every event is emitted
+    other = PlainCoordinator(broken)
+    await mount(other, {"max_tokens": 12_000, "token_counter": "heuristic"})
+    await other.mounted["context"].set_messages(agent_run(40, result_chars=3000))
+    await other.mounted["context"].get_messages_for_request()
+    assert {"context:budget", "context:report"} <= {name for name, _ in broken.events}
+
+
 async def test_capability_registered_when_the_coordinator_offers_it() -> None:
     class CapableCoordinator(PlainCoordinator):
         def __init__(self) -> None:

@@ -40,8 +40,7 @@ async def mount(
     ``register_capability``.
     """
     hooks = getattr(coordinator, "hooks", None)
-    emit = getattr(hooks, "emit", None)
-    context = ContextFold(config or {}, on_event=emit if callable(emit) else None)
+    context = ContextFold(config or {}, on_event=_event_callback(hooks))
     await _mount_context(coordinator, context)
 
     unregister: list[Callable[[], Any]] = []
@@ -84,6 +83,31 @@ async def mount(
         unregister.clear()
 
     return cleanup
+
+
+def _event_callback(hooks: Any) -> Callable[[str, dict[str, Any]], Awaitable[Any]] | None:
+    """Our events go to the host's ``hooks.emit``, skipped when no handler listens.
+
+    One emit through the kernel's hook registry costs about 0.1 ms even with no handler
+    (a round trip to the Rust engine's own thread), several times a whole steady request;
+    asking the registry whether the event has a handler costs about 0.2 µs. The kernel's
+    registry matches handlers by exact event name, so an event with none reaches nobody.
+    """
+    emit = getattr(hooks, "emit", None)
+    if not callable(emit):
+        return None
+    list_handlers = getattr(hooks, "list_handlers", None)
+    if not callable(list_handlers):
+        return emit  # a host registry we cannot ask: always emit
+
+    async def emit_if_heard(event: str, data: dict[str, Any]) -> Any:
+        try:
+            heard = bool(list_handlers(event).get(event))
+        except Exception:  # a registry with another list_handlers: do not guess, emit
+            heard = True
+        return await emit(event, data) if heard else None
+
+    return emit_if_heard
 
 
 async def _mount_context(coordinator: Any, context: ContextFold) -> None:
