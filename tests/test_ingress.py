@@ -209,8 +209,8 @@ async def test_event_for_json_output_and_anthropic_results() -> None:
 
 async def test_under_cap_and_non_text_content_emit_nothing() -> None:
     image_only = [{"type": "image", "source": {"type": "base64", "data": "x" * (LIMIT * 4)}}]
-    malformed = [{"type": "text", "text": 42}, {"type": "unknown", "payload": "y" * LIMIT * 2}]
-    for content in (image_only, malformed, "short", {"ok": True}):
+    unknown = [{"type": "vendor_extension", "payload": "y" * LIMIT * 2}]
+    for content in (image_only, unknown, "short", {"ok": True}):
         ctx, events = await admit({"role": "tool", "tool_call_id": "c1", "content": content})
         assert events == []
         assert (await ctx.get_messages())[-1]["content"] == content
