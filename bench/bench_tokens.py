@@ -19,7 +19,11 @@ count (messages with OpenAI's framing, tool definitions, reply priming).
 2. Calibration against a simulated provider whose real usage is the exact count times a hidden
    ratio (1.15). Each conversation is a session with a fresh calibrated counter that observes
    every response; errors are bucketed by how many responses it had seen.
-3. Cost: time per 1,000 messages of ``count_message`` for each counter (best of a few rounds,
+3. Odd readings: the same provider, but the first and every ``ODD_EVERY``-th response after it
+   report a wrong figure (alternately 1 token, as an error response does, and half the real
+   one, as the Anthropic SDK's ``input_tokens`` read as a gross figure does). How far the
+   calibrated estimates fall under what is really billed, and how often.
+4. Cost: time per 1,000 messages of ``count_message`` for each counter (best of a few rounds,
    counters interleaved, garbage collector paused), and the heuristic/exact ratio.
 
 Run::
@@ -63,6 +67,10 @@ MODEL = "simulated-model"
 LONG_MESSAGE_CHARS = (1_500, 4_000, 9_000, 16_000, 30_000, 6_000)
 TURNS_PER_LONG_CONVERSATION = 12
 BUCKETS = ((0, 0, "0 (uncalibrated)"), (1, 9, "1-9"), (10, math.inf, ">= 10"))
+# Every ODD_EVERY-th response of the odd-readings provider reports a wrong figure.
+ODD_EVERY = 4
+# An estimate this far under what is billed counts as an under-estimate (percent).
+UNDER_MARGIN = 2.0
 
 Message = dict[str, Any]
 
@@ -218,12 +226,43 @@ class CorpusResult:
     requests: int
     errors_vs_exact: dict[str, ErrorStats] = field(default_factory=dict)
     simulated: dict[str, dict[str, ErrorStats]] = field(default_factory=dict)
+    odd: dict[str, OddStats] = field(default_factory=dict)
     ms_per_1000: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class OddStats:
+    """Estimates against what is billed while some readings are wrong."""
+
+    errors: ErrorStats
+    under_share: float  # percent of requests estimated more than UNDER_MARGIN % under the bill
+    worst_under: float  # percent: the largest shortfall (0 when never under)
+
+    @classmethod
+    def of(cls, estimates: Sequence[float], billed: Sequence[float]) -> OddStats:
+        shortfalls = [(b - e) / b * 100 for e, b in zip(estimates, billed, strict=True)]
+        under = sum(1 for s in shortfalls if s > UNDER_MARGIN)
+        return cls(
+            errors=ErrorStats.of(estimates, billed),
+            under_share=under / len(shortfalls) * 100 if shortfalls else math.nan,
+            worst_under=max([0.0, *shortfalls]),
+        )
+
+
+def odd_reading(seen: int, real: int) -> int:
+    """What the odd-readings provider reports for response number ``seen`` (from 0).
+
+    Responses 0, ODD_EVERY, 2 * ODD_EVERY, ... are wrong, alternately 1 token and half the real
+    figure: the very first one is odd, as when a session opens on an error response.
+    """
+    if seen % ODD_EVERY:
+        return real
+    return 1 if (seen // ODD_EVERY) % 2 == 0 else max(1, real // 2)
 
 
 def error_table(
     corpus: Corpus, exact: TokenCounter, heuristic: TokenCounter, cl100k: TokenCounter
-) -> tuple[int, dict[str, ErrorStats], dict[str, dict[str, ErrorStats]]]:
+) -> tuple[int, dict[str, ErrorStats], dict[str, dict[str, ErrorStats]], dict[str, OddStats]]:
     truths: list[int] = []
     estimates: dict[str, list[float]] = {
         "len(str)//4 (old, messages only)": [],
@@ -235,6 +274,11 @@ def error_table(
     simulated: dict[str, dict[str, tuple[list[float], list[float]]]] = {
         name: {label: ([], []) for *_, label in BUCKETS}
         for name in ("heuristic", "exact", "calibrated heuristic", "calibrated exact")
+    }
+    odd: dict[str, tuple[list[float], list[float]]] = {
+        f"{name}, {readings} readings": ([], [])
+        for name in ("calibrated heuristic", "calibrated exact")
+        for readings in ("right", "odd")
     }
     for conversation in corpus.conversations:
         tools = conversation.tools
@@ -270,12 +314,28 @@ def error_table(
                 simulated[name][label][0].append(counter.scale(raw[seen], MODEL))
                 simulated[name][label][1].append(real)
                 counter.observe(MODEL, raw[seen], real)
+
+        # The same provider, but some of its readings are wrong (see odd_reading), side by side
+        # with one whose readings are all right. The first two requests of a session are left
+        # out: until a right reading has been seen, neither can know the provider's ratio.
+        pairs = (("calibrated heuristic", heuristic, heur), ("calibrated exact", exact, truth))
+        for name, base, raw in pairs:
+            for readings in ("right", "odd"):
+                counter = CalibratedCounter(base)
+                guesses, bills = odd[f"{name}, {readings} readings"]
+                for seen, real in enumerate(billed):
+                    if seen >= 2:
+                        guesses.append(counter.scale(raw[seen], MODEL))
+                        bills.append(real)
+                    reported = odd_reading(seen, real) if readings == "odd" else real
+                    counter.observe(MODEL, raw[seen], reported)
     errors = {name: ErrorStats.of(values, truths) for name, values in estimates.items()}
     sim = {
         name: {label: ErrorStats.of(e, t) for label, (e, t) in buckets.items()}
         for name, buckets in simulated.items()
     }
-    return len(truths), errors, sim
+    odd_stats = {name: OddStats.of(e, b) for name, (e, b) in odd.items()}
+    return len(truths), errors, sim, odd_stats
 
 
 def time_counters(
@@ -436,6 +496,22 @@ def render(results: list[CorpusResult], total: CorpusResult) -> str:
                     lines.append(f"| {result.corpus} | {name} | {label} {_fmt(stats)}")
     lines += [
         "",
+        f"### Odd readings: the first and every {ODD_EVERY}th response report 1 token or half "
+        f"the real figure (provider billing {HIDDEN_RATIO}x o200k; requests after the first two "
+        "responses; percent of what is billed)",
+        "",
+        f"| corpus | counter | p50 | p90 | max | median bias | requests "
+        f"| under by > {UNDER_MARGIN:g}% | worst under |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for result in everything:
+        for name, stats in result.odd.items():
+            lines.append(
+                f"| {result.corpus} | {name} {_fmt(stats.errors)} {stats.under_share:.1f}% "
+                f"| {stats.worst_under:.1f}% |"
+            )
+    lines += [
+        "",
         "### Cost of count_message (ms per 1,000 messages, best of rounds)",
         "",
         "| corpus | messages | len(str)//4 | heuristic | exact o200k | exact cl100k "
@@ -490,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
         "exact cl100k": cl100k.count_message,
     }
     for corpus in corpora:
-        requests, errors, simulated = error_table(corpus, exact, heuristic, cl100k)
+        requests, errors, simulated, odd = error_table(corpus, exact, heuristic, cl100k)
         result = CorpusResult(
             corpus=corpus.name,
             conversations=len(corpus.conversations),
@@ -498,6 +574,7 @@ def main(argv: list[str] | None = None) -> int:
             requests=requests,
             errors_vs_exact=errors,
             simulated=simulated,
+            odd=odd,
             ms_per_1000=time_counters(corpus.messages, timers, args.rounds),
         )
         results.append(result)
@@ -508,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     everything = Corpus("all", [c for corpus in corpora for c in corpus.conversations])
-    requests, errors, simulated = error_table(everything, exact, heuristic, cl100k)
+    requests, errors, simulated, odd = error_table(everything, exact, heuristic, cl100k)
     total = CorpusResult(
         corpus="all",
         conversations=len(everything.conversations),
@@ -516,6 +593,7 @@ def main(argv: list[str] | None = None) -> int:
         requests=requests,
         errors_vs_exact=errors,
         simulated=simulated,
+        odd=odd,
         ms_per_1000=time_counters(everything.messages, timers, args.rounds),
     )
     print(render(results, total))
