@@ -160,10 +160,7 @@ def test_resolve_merges_config_and_settings() -> None:
         ContextConfig.resolve(base, {"max_token": 1})
 
 
-@pytest.mark.xfail(
-    strict=True, reason="ContextFold.__init__ does not call ContextConfig.resolve yet (lead)"
-)
-@pytest.mark.parametrize("config", ["max_tokens=5", 5])
+@pytest.mark.parametrize("config", ["max_tokens=5", 5, ["max_tokens"]])
 def test_context_fold_refuses_what_is_not_a_config(config: object) -> None:
     with pytest.raises(ConfigError, match="Pass keys as a dict or as keywords"):
         ContextFold(config)  # type: ignore[arg-type]
