@@ -106,7 +106,7 @@ def call_ids_of(message: Mapping[str, Any]) -> list[str]:
 
 def result_ids_of(message: Mapping[str, Any]) -> list[str]:
     if message.get("role") == "tool":
-        return [message["tool_call_id"]]
+        return [message.get("tool_call_id")]
     content = message.get("content")
     if isinstance(content, list):
         return [b["tool_use_id"] for b in content if b.get("type") == "tool_result"]
@@ -114,13 +114,18 @@ def result_ids_of(message: Mapping[str, Any]) -> list[str]:
 
 
 def assert_pairing(view: Sequence[Mapping[str, Any]]) -> None:
-    """No orphan result; every call answered unless its group is the open tail."""
+    """What every provider accepts: no orphan result; no call left unanswered unless its
+    group is the open tail; nothing but results between a call and its results."""
     pending: dict[str, int] = {}
     for i, message in enumerate(view):
-        for rid in result_ids_of(message):
+        results = result_ids_of(message)
+        for rid in results:
             assert rid in pending, f"orphan tool result {rid!r} at view index {i}"
             del pending[rid]
-        if message.get("role") == "assistant" and call_ids_of(message):
-            assert not pending, f"calls {sorted(pending)} unanswered before view index {i}"
+        if pending and not results:
+            raise AssertionError(
+                f"view index {i} (role {message.get('role')!r}) sits between calls "
+                f"{sorted(pending)} and their results"
+            )
         for cid in call_ids_of(message):
             pending[cid] = i

@@ -120,7 +120,7 @@ async def test_budget_event_payload_only_on_change_and_only_when_delivered() -> 
     ]
     # A failed request leaves no budget trace.
     events.clear()
-    with pytest.raises(Exception, match="protected content"):
+    with pytest.raises(Exception, match="cannot go without"):
         await ctx.get_messages_for_request(token_budget=3)
     assert not [e for e, _ in events if e == "context:budget"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from contextfold import ContextFold, Kind, MessageValidationError
-from support import SYSTEM, human, tool_round
+from support import SYSTEM, assert_pairing, human, tool_round
 
 
 @pytest.fixture
@@ -38,29 +38,68 @@ async def test_accepts_all_shapes(ctx: ContextFold) -> None:
     assert kinds.count(Kind.TOOL_RESULT) == 2 + 1 + 1
 
 
+def _nested(depth: int) -> dict:
+    value: dict = {}
+    for _ in range(depth):
+        value = {"k": value}
+    return value
+
+
+NESTED = _nested(2_000)
+
 BAD = [
     ("not a dict", ["role", "user"], "message", "dict"),
     ("no role", {"content": "hi"}, "role", "missing"),
     ("unknown role", {"role": "robot", "content": "hi"}, "role", "unknown role"),
-    ("user without content", {"role": "user"}, "content", "missing"),
+    ("metadata not a dict", {"role": "user", "content": "x", "metadata": [1]}, "metadata", "dict"),
     ("content of wrong type", {"role": "user", "content": 42}, "content", "string or a list"),
     ("block without type", {"role": "user", "content": [{"text": "x"}]}, "content[0]", "type"),
-    ("metadata not a dict", {"role": "user", "content": "x", "metadata": [1]}, "metadata", "dict"),
     (
-        "orphan tool result",
-        {"role": "tool", "tool_call_id": "nope", "content": "x"},
-        "tool_call_id",
-        "orphan",
+        "text block text not a string",
+        {"role": "user", "content": [{"type": "text", "text": 5}]},
+        "content[0].text",
+        "string",
     ),
-    ("tool result without id", {"role": "tool", "content": "x"}, "tool_call_id", "missing"),
     (
-        "anthropic orphan",
+        "tool content a number",
+        {"role": "tool", "tool_call_id": "a", "content": 42},
+        "content",
+        "string",
+    ),
+    (
+        "OpenAI arguments as a dict",
         {
-            "role": "user",
-            "content": [{"type": "tool_result", "tool_use_id": "ghost", "content": "x"}],
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}
+            ],
         },
-        "content[0].tool_use_id",
-        "orphan",
+        "tool_calls[0].function.arguments",
+        "JSON string",
+    ),
+    (
+        "tool_call_id not a string",
+        {"role": "tool", "tool_call_id": 1, "content": "x"},
+        "tool_call_id",
+        "string id",
+    ),
+    ("lone surrogate", {"role": "user", "content": "bad \ud800 text"}, "content", "surrogate"),
+    (
+        "nested too deeply",
+        {"role": "tool", "tool_call_id": "a", "content": NESTED},
+        "content",
+        "nested too deeply",
+    ),
+    (
+        "two calls with one id",
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "a", "tool": "t"}, {"id": "a", "tool": "t"}],
+        },
+        "tool_calls",
+        "used twice",
     ),
     (
         "not JSON-serialisable",
@@ -120,29 +159,47 @@ async def test_bad_input_refused_and_history_unchanged(
     assert ctx.message_count == 2
 
 
-async def test_duplicate_and_repeated_results(ctx: ContextFold) -> None:
-    for m in [SYSTEM, human("go"), *tool_round(1, calls=1)]:
-        await ctx.add_message(m)
-    with pytest.raises(MessageValidationError, match="already has a result"):
-        await ctx.add_message({"role": "tool", "tool_call_id": "call_1_0", "content": "again"})
-    with pytest.raises(MessageValidationError, match="already used"):
-        await ctx.add_message(
-            {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1_0", "tool": "x"}]}
-        )
-    assert ctx.message_count == 4
-
-
-async def test_new_assistant_turn_with_unanswered_calls_is_refused(ctx: ContextFold) -> None:
+async def test_sequence_faults_are_admitted_as_they_are_and_reported() -> None:
+    events: list = []
+    ctx = ContextFold(token_counter="heuristic", on_event=lambda e, d: events.append((e, d)))
     group = tool_round(1, calls=2)
-    for m in [SYSTEM, human("go"), group[0], group[1]]:
+    faulty = [
+        SYSTEM,
+        human("go"),
+        {"role": "tool", "tool_call_id": "ghost", "content": "orphan"},  # unknown call
+        {"role": "tool", "content": "no id at all"},  # names no call
+        group[0],  # two calls ...
+        group[1],  # ... one answered
+        {"role": "assistant", "content": "next"},  # the other never is
+        {"role": "tool", "tool_call_id": "call_1_0", "content": "again"},  # a duplicate
+        {"role": "user", "content": None},  # empty
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1_0", "tool": "t"}]},
+    ]
+    for m in faulty:
         await ctx.add_message(m)
-    with pytest.raises(MessageValidationError, match="call_1_1") as err:
-        await ctx.add_message({"role": "assistant", "content": "next"})
-    assert "error result" in str(err.value)
-    # A hook injection between results is fine, and so is the missing result afterwards.
-    await ctx.add_message({"role": "user", "content": "lint ok", "metadata": {"source": "hook"}})
-    await ctx.add_message(group[2])
-    await ctx.add_message({"role": "assistant", "content": "next"})
+    assert await ctx.get_messages() == faulty  # history is the record
+    kinds = [(d["kind"], d["index"]) for e, d in events if e == "context:repaired"]
+    assert kinds == [
+        ("orphan_result", 2),
+        ("orphan_result", 3),
+        ("unanswered_call", 4),
+        ("orphan_result", 7),
+        ("empty_message", 8),
+        ("reused_call_id", 9),
+    ]
+    assert [r.kind for r in ctx.repairs] == [k for k, _ in kinds]
+    [unanswered] = [d for e, d in events if d.get("kind") == "unanswered_call"]
+    assert unanswered["call_ids"] == ["call_1_1"] and "synthetic" in unanswered["action"]
+
+
+async def test_a_message_inside_a_group_is_delivered_after_its_results(ctx: ContextFold) -> None:
+    group = tool_round(1, calls=2)
+    note = {"role": "system", "content": "lint ok", "metadata": {"source": "hook"}}
+    for m in [SYSTEM, human("go"), group[0], group[1], note, group[2]]:
+        await ctx.add_message(m)
+    view = await ctx.get_messages_for_request(token_budget=100_000)
+    assert view == [SYSTEM, human("go"), group[0], group[1], group[2], note]
+    assert_pairing(view)
 
 
 async def test_human_prompts_by_metadata_not_role(ctx: ContextFold) -> None:
@@ -166,7 +223,7 @@ async def test_human_prompts_by_metadata_not_role(ctx: ContextFold) -> None:
 async def test_set_messages_is_all_or_nothing(ctx: ContextFold) -> None:
     good = [SYSTEM, human("a"), *tool_round(1)]
     await ctx.set_messages(good)
-    bad = [SYSTEM, human("b"), {"role": "tool", "tool_call_id": "zzz", "content": "x"}]
+    bad = [SYSTEM, human("b"), {"role": "robot", "content": "x"}]
     with pytest.raises(MessageValidationError) as err:
         await ctx.set_messages(bad)
     assert err.value.index == 2 and "message 2" in str(err.value)

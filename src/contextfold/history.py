@@ -1,21 +1,38 @@
 """The canonical transcript: append-only, each message validated, capped and counted once.
 
 Besides the messages it keeps what compaction needs without re-scanning: each message's
-token cost (computed at admission), its classification, and the partition of history
-into *units*. A unit is what compaction may keep or remove as a whole: a single
-message, or an assistant message with tool calls together with every message up to
-its last result (the results themselves and anything a hook injected between them).
+token cost (computed at admission), its classification, what the view sends for it (the
+message itself, or its repaired form: see `repair`), and the partition of history into
+*units*. A unit is what compaction may keep or remove as a whole: a single message, or a
+*call group* (an assistant message with tool calls and the results that answer them).
+
+Units are listed in view order, which is history order except for one case: a message
+admitted while a group still waits for results (a hook injection, say) gets its own unit
+after the group, so the view delivers it right after the group's results and never splits
+the group. At most one group is open at a time: the next assistant turn closes it, and a
+call it left unanswered gets a synthetic error result in the view.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .ingress import IngressClip, cap_tool_result
-from .messages import Kind, MessageInfo, canonical_json, inspect_message
+from .messages import Kind, MessageInfo, canonical_json, inspect_message, to_plain
+from .repair import (
+    EMPTY_MESSAGE,
+    INSIDE_CALL_GROUP,
+    ORPHAN_RESULT,
+    REUSED_CALL_ID,
+    UNANSWERED_CALL,
+    Repair,
+    orphan_note,
+    synthetic_results,
+    without_orphan_blocks,
+)
 from .tokens import TokenCounter
 
 
@@ -23,33 +40,61 @@ from .tokens import TokenCounter
 class Entry:
     """One admitted message with what was learned about it at admission."""
 
-    message: dict[str, Any]
+    message: dict[str, Any]  # exactly as admitted: the record
     info: MessageInfo
-    cost: int  # raw tokens, from the counter, once
+    cost: int  # raw tokens of `view`, from the counter, once (0 when nothing is sent)
     unit: int
+    view: dict[str, Any] | None  # what an uncompacted view sends for it; None: nothing
 
 
 @dataclass(slots=True)
 class Unit:
-    """A contiguous run of entries compaction treats atomically."""
+    """Entries compaction treats atomically, in the order the view delivers them."""
 
-    start: int
-    end: int  # exclusive
-    open_calls: int = 0  # calls in this unit still waiting for their result
+    entries: list[int]
+    calls: tuple[str, ...] = ()  # call ids of the group's assistant message
+    pending: list[str] = field(default_factory=list)  # calls still without a result
+    closed: bool = False  # a later assistant turn came: pending calls stay unanswered
+    synthetic: list[dict[str, Any]] = field(default_factory=list)  # view-only results
+    synthetic_ids: tuple[str, ...] = ()  # the calls they answer
+    synthetic_cost: int = 0
 
     @property
-    def is_open(self) -> bool:
-        return self.open_calls > 0
+    def start(self) -> int:
+        return self.entries[0]
+
+    @property
+    def is_group(self) -> bool:
+        return bool(self.calls)
 
 
 @dataclass(slots=True)
 class Admission:
-    """A validated, capped, counted message not yet appended (so failures leave no trace)."""
+    """A validated, capped, counted message not yet appended (so failures leave no trace).
+
+    It is computed against the history as it stands and must be appended to that same
+    state (the manager's lock guarantees it).
+    """
 
     message: dict[str, Any]
     info: MessageInfo
+    view: dict[str, Any] | None
     cost: int
     clips: list[IngressClip]
+    joins_open_group: bool  # answers calls of the open group
+    matched: tuple[str, ...]  # call ids of the open group this message answers
+    repairs: list[Repair]
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """What appending did: the entry, the change in the uncompacted view's raw total, and
+    whether the view's order changed before its tail (then it must be re-assembled)."""
+
+    entry: Entry
+    delta: int
+    reordered: bool
+    repairs: list[Repair]
 
 
 @dataclass
@@ -60,52 +105,116 @@ class History:
     max_tool_result_bytes: int
     entries: list[Entry] = field(default_factory=list)
     units: list[Unit] = field(default_factory=list)
-    pending: dict[str, int] = field(default_factory=dict)  # call id -> index of its assistant
-    issued: set[str] = field(default_factory=set)
+    open_unit: int | None = None  # the call group still waiting for results
+    issued: set[str] = field(default_factory=set)  # every call id made so far
     first_human: int | None = None
     last_human: int | None = None
-    raw_total: int = 0
+    raw_total: int = 0  # raw tokens of the whole history as an uncompacted view sends it
+    repairs: list[Repair] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.entries)
 
+    # -- admission ---------------------------------------------------------------------
+
     def prepare(self, message: Any, *, index: int | None = None) -> Admission:
         """Validate, cap and count ``message`` against this history without changing it."""
         position = len(self.entries) if index is None else index
-        info = inspect_message(message, index=position, pending=self.pending, issued=self.issued)
+        message = to_plain(message)
+        info = inspect_message(message, index=position)
         # A private deep copy made of plain JSON types: later edits to the caller's dict
         # cannot reach history, and everything stored is known to serialise.
         stored = json.loads(canonical_json(message, index=position))
         capped, clips = cap_tool_result(stored, self.max_tool_result_bytes)
-        return Admission(capped, info, self.counter.count_message(capped), clips)
 
-    def append(self, admission: Admission) -> Entry:
+        pending = self.units[self.open_unit].pending if self.open_unit is not None else []
+        matched: list[str] = []
+        orphans: list[int] = []  # positions in info.result_ids
+        for k, call_id in enumerate(info.result_ids):
+            if call_id and call_id in pending and call_id not in matched:
+                matched.append(call_id)
+            else:
+                orphans.append(k)
+        repairs: list[Repair] = []
+        view: dict[str, Any] | None = capped
+        if orphans:
+            repairs.append(
+                Repair(ORPHAN_RESULT, position, tuple(info.result_ids[k] for k in orphans))
+            )
+            if capped.get("role") == "user":
+                view = without_orphan_blocks(capped, _result_block_positions(capped, orphans))
+            else:
+                view = orphan_note(capped, info.result_ids[0])
+            if not matched:
+                info = replace(info, kind=Kind.USER, result_ids=())
+        if matched and len(matched) < len(info.result_ids):
+            info = replace(info, result_ids=tuple(matched))
+        reused = tuple(call_id for call_id in info.call_ids if call_id in self.issued)
+        if reused:
+            repairs.append(Repair(REUSED_CALL_ID, position, reused))
+        if capped.get("content") is None and capped.get("role") != "assistant":
+            if capped.get("role") in ("tool", "function") and view is capped:
+                view = {**capped, "content": ""}  # a tool that returned nothing said so
+            elif view is capped:
+                view = None
+                repairs.append(Repair(EMPTY_MESSAGE, position))
+        if pending and not matched and info.kind is not Kind.ASSISTANT:
+            repairs.append(Repair(INSIDE_CALL_GROUP, position, tuple(pending)))
+        cost = self.counter.count_message(view) if view is not None else 0
+        return Admission(
+            message=capped,
+            info=info,
+            view=view,
+            cost=cost,
+            clips=clips,
+            joins_open_group=bool(matched),
+            matched=tuple(matched),
+            repairs=repairs,
+        )
+
+    def append(self, admission: Admission) -> Appended:
         """Append a prepared message. Cannot fail: all checks happened in `prepare`."""
         index = len(self.entries)
         info = admission.info
-        current = self.units[-1] if self.units else None
-        if info.result_ids or (current is not None and current.is_open):
-            # Results (and anything arriving before the last one) join the open call group.
-            assert current is not None  # prepare() refuses results with no pending call
-            current.end = index + 1
-            current.open_calls -= len(info.result_ids)
-            unit_index = len(self.units) - 1
+        repairs = list(admission.repairs)
+        delta = admission.cost
+        reordered = False
+        open_index = self.open_unit
+        if admission.joins_open_group:
+            assert open_index is not None  # prepare() matched against the open group
+            unit_index = open_index
+            group = self.units[unit_index]
+            group.entries.append(index)
+            for call_id in admission.matched:
+                group.pending.remove(call_id)
+            reordered = unit_index != len(self.units) - 1
         else:
-            self.units.append(Unit(index, index + 1, open_calls=len(info.call_ids)))
-            unit_index = len(self.units) - 1
-        for call_id in info.result_ids:
-            del self.pending[call_id]
-        for call_id in info.call_ids:
-            self.pending[call_id] = index
-            self.issued.add(call_id)
+            unit_index = len(self.units)
+            calls = info.call_ids if info.kind is Kind.ASSISTANT else ()
+            self.units.append(Unit([index], calls=calls, pending=list(calls)))
+            if open_index is not None and info.kind is Kind.ASSISTANT:
+                self.units[open_index].closed = True
+        if open_index is not None:
+            # The open group may have gained a result, a follower or its closing turn: its
+            # view-only results follow from that, and the view changes before its tail.
+            change = self._refresh_synthetic(open_index, repairs)
+            delta += change
+            reordered = reordered or change != 0
+            group = self.units[open_index]
+            if not group.pending or group.closed:
+                self.open_unit = None
+        if self.units[unit_index].pending:
+            self.open_unit = unit_index
+        self.issued.update(info.call_ids)
         if info.kind is Kind.HUMAN:
             if self.first_human is None:
                 self.first_human = index
             self.last_human = index
-        entry = Entry(admission.message, info, admission.cost, unit_index)
+        entry = Entry(admission.message, info, admission.cost, unit_index, admission.view)
         self.entries.append(entry)
-        self.raw_total += admission.cost
-        return entry
+        self.raw_total += delta
+        self.repairs.extend(repairs)
+        return Appended(entry, delta, reordered, repairs)
 
     def extend(self, messages: Iterable[Any]) -> list[IngressClip]:
         """Admit many messages; on the first refusal raise with its index (used on a fresh log)."""
@@ -116,10 +225,55 @@ class History:
             clips.extend(admission.clips)
         return clips
 
+    def _refresh_synthetic(self, unit_index: int, repairs: list[Repair]) -> int:
+        """Recompute the view-only results of a group; returns the change in raw cost.
+
+        A call still waiting for its result needs one in the view as soon as anything
+        follows its group (a provider refuses an unanswered call before the last message);
+        at the very tail the group is simply still running.
+        """
+        group = self.units[unit_index]
+        follows = group.closed or unit_index != len(self.units) - 1
+        wanted = tuple(group.pending) if follows else ()
+        if wanted == group.synthetic_ids:
+            return 0
+        before = group.synthetic_cost
+        assistant = self.entries[group.start].message
+        group.synthetic = synthetic_results(assistant, wanted) if wanted else []
+        group.synthetic_ids = wanted
+        group.synthetic_cost = sum(self.counter.count_message(m) for m in group.synthetic)
+        reported = {
+            call_id
+            for r in self.repairs + repairs
+            if r.kind == UNANSWERED_CALL and r.index == group.start
+            for call_id in r.call_ids
+        }
+        new = tuple(call_id for call_id in wanted if call_id not in reported)
+        if new:
+            repairs.append(Repair(UNANSWERED_CALL, group.start, new))
+        return group.synthetic_cost - before
+
+    # -- reading -----------------------------------------------------------------------
+
     def unit_cost(self, unit: Unit, replaced: Mapping[int, tuple[dict[str, Any], int]]) -> int:
-        """Raw cost of a unit, counting replaced (truncated) messages at their new cost."""
-        total = 0
-        for i in range(unit.start, unit.end):
+        """Raw cost of a unit as the view sends it, replaced (shortened) messages at their
+        new cost, view-only results included."""
+        total = unit.synthetic_cost
+        for i in unit.entries:
             swap = replaced.get(i)
             total += swap[1] if swap is not None else self.entries[i].cost
         return total
+
+    def unit_size(self, unit: Unit) -> int:
+        """How many messages of history a unit holds."""
+        return len(unit.entries)
+
+
+def _result_block_positions(message: Mapping[str, Any], result_positions: list[int]) -> list[int]:
+    """Content positions of the tool_result blocks numbered ``result_positions`` among them."""
+    blocks = [
+        i
+        for i, block in enumerate(message.get("content") or ())
+        if isinstance(block, Mapping) and block.get("type") == "tool_result"
+    ]
+    return [blocks[k] for k in result_positions]

@@ -9,11 +9,9 @@ O(n) copy of a cached view list; a compaction pass is linear in n.
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from functools import partial
 from typing import Any
 
 from .budget import BudgetDecision, derive_budget
@@ -27,6 +25,7 @@ from .events import (
     CALIBRATION,
     COMPACTION,
     INGRESS_TRUNCATED,
+    REPAIRED,
     REPORT,
     EventCallback,
     EventSink,
@@ -35,8 +34,14 @@ from .history import History
 from .ingress import IngressClip
 from .messages import Kind
 from .meter import MeterStats, UsageReading, read_usage
+from .repair import Repair
 from .report import RequestReport, compaction_event
 from .tokens import CalibratedCounter, TokenCounter, build_counter
+from .views import detached
+
+# The notice's reserve is at most this share of the budget: a small window must not spend
+# most of itself telling the model what it no longer sees.
+NOTICE_MAX_SHARE = 0.10
 
 logger = logging.getLogger(__name__)
 
@@ -59,11 +64,7 @@ class ContextFold:
         counter: TokenCounter | None = None,
         **settings: Any,
     ) -> None:
-        if isinstance(config, ContextConfig) and not settings:
-            self.config = config
-        else:
-            base = config.to_dict() if isinstance(config, ContextConfig) else dict(config or {})
-            self.config = ContextConfig.from_mapping({**base, **settings})
+        self.config = ContextConfig.resolve(config, settings)
         self.counter: TokenCounter = counter or build_counter(
             self.config.token_counter, model=self.config.token_model
         )
@@ -82,12 +83,14 @@ class ContextFold:
         self._state = FoldState()
         self._notice: dict[str, Any] | None = None
         self._notice_cost = 0
-        self._view: list[dict[str, Any]] = [e.message for e in history.entries]
+        self._view: list[dict[str, Any]] = assemble_view(history, self._state, None)
+        self._view_stale = False  # a message landed before the view's tail: re-assemble
         self._view_raw = history.raw_total
         self._removed_messages = 0
-        # Set when the last pass could not get under the trigger because of protection: the
-        # next pass then waits for the hard limit instead of re-running on every request.
-        self._floor_bound = False
+        # Size of the messages after the last pass when it could not reach its target
+        # (protection held it up): the next pass then waits until the view has really
+        # grown, instead of re-running on every request for a few tokens.
+        self._missed_target_at: int | None = None
         self._reminders: dict[str, int] = {}
         for index, entry in enumerate(history.entries):
             self._index_reminder(index, entry.info.reminder, entry.message)
@@ -106,11 +109,15 @@ class ContextFold:
         ValueError) naming the field on bad input, leaving history exactly as it was."""
         async with self._lock:
             admission = self._history.prepare(message)
-            entry = self._history.append(admission)
-            self._view.append(entry.message)
-            self._view_raw += entry.cost
+            appended = self._history.append(admission)
+            entry = appended.entry
+            if appended.reordered:
+                self._view_stale = True
+            elif entry.view is not None and not self._view_stale:
+                self._view.append(entry.view)
+            self._view_raw += appended.delta
             self._index_reminder(len(self._history) - 1, entry.info.reminder, entry.message)
-        await self._emit_clips(admission.clips)
+        await self._emit_admission(admission.clips, appended.repairs)
 
     async def get_messages_for_request(
         self,
@@ -138,7 +145,7 @@ class ContextFold:
     async def get_messages(self) -> list[dict[str, Any]]:
         """The whole history exactly as admitted (copies: editing them changes nothing)."""
         async with self._lock:
-            return [copy.deepcopy(e.message) for e in self._history.entries]
+            return [detached(e.message) for e in self._history.entries]
 
     async def set_messages(self, messages: list[dict[str, Any]]) -> None:
         """Replace the history (session resume). All-or-nothing: on a bad message the
@@ -152,7 +159,7 @@ class ContextFold:
         clips = fresh.extend(messages)
         async with self._lock:
             self._reset_history(fresh)
-        await self._emit_clips(clips)
+        await self._emit_admission(clips, fresh.repairs)
 
     async def clear(self) -> None:
         """Forget every message (calibration and configuration stay)."""
@@ -172,12 +179,17 @@ class ContextFold:
             return
         actual, cache_read, cache_write, model = parsed
         model = model or self._model
+        # Before any view was delivered (a loop that sent the history itself), the reading
+        # describes the history as it stands: it still drives the trigger.
+        view_raw = self._last_delivered_raw
+        if view_raw is None:
+            view_raw = self._view_raw + self._notice_cost
         reading = UsageReading(
             actual=actual,
             cache_read_tokens=cache_read,
             cache_write_tokens=cache_write,
             model=model,
-            view_raw=self._last_delivered_raw,
+            view_raw=view_raw,
         )
         self._last_reading = reading
         # A zero reading (an error response, a cached no-op) teaches nothing about the ratio.
@@ -192,6 +204,14 @@ class ContextFold:
             return self.counter.ratio(model)
         return 1.0
 
+    def __getattr__(self, name: str) -> Any:
+        # The effective settings read as attributes (``context.compact_threshold``), as on
+        # the reference module's mounted object; only config keys, nothing else.
+        config = self.__dict__.get("config")
+        if config is not None and name in ContextConfig.__dataclass_fields__:
+            return getattr(config, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     def _plan_request(
         self, decision: BudgetDecision, hard_fit: bool, required_reminders: Sequence[str]
     ) -> tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
@@ -200,27 +220,32 @@ class ContextFold:
         self._model = model
         ratio = self._ratio(model)
         history = self._history
-        before_raw = self._view_raw + self._notice_cost
+        if self._view_stale:
+            self._view = assemble_view(history, self._state, self._notice)
+            self._view_stale = False
+        # Tokens every request costs beyond its messages (reply priming), in raw units.
+        request_raw = self.counter.request_overhead
+        before_raw = self._view_raw + self._notice_cost + request_raw
         estimate = math.ceil(before_raw * ratio)
         messages_before = len(self._view)
+        budget = decision.effective_budget
 
         if not cfg.compaction_enabled:
-            view = list(self._view)
             report = self._report(
                 decision,
                 estimate,
                 estimate,
                 messages_before,
-                len(view),
+                messages_before,
                 ratio=ratio,
-                trigger=decision.effective_budget,
-                target=decision.effective_budget,
+                trigger=budget,
+                target=budget,
                 hard_fit=hard_fit,
             )
-            return self._deliver(view, before_raw, decision, report, None)
+            return self._deliver(before_raw, decision, report, None)
 
-        reserve = cfg.compaction_notice_token_reserve if cfg.compaction_notice_enabled else 0
-        usable = max(0, decision.effective_budget - reserve)
+        reserve = self._notice_reserve(budget)
+        usable = max(0, budget - reserve)
         trigger = math.floor(cfg.compact_threshold * usable)
         target = math.floor(cfg.target_usage * usable)
         if hard_fit:
@@ -237,68 +262,63 @@ class ContextFold:
         # compares the messages alone; counting the notice too would re-trigger a view the
         # last pass left just under the trigger.
         messages_size = measured - math.ceil(self._notice_cost * ratio)
-        # When protection held the last pass above the trigger, compacting again at the
-        # trigger would re-run a pass on nearly every request, each rewriting the prompt
-        # prefix for a few tokens. Wait for the hard limit instead (still inside the budget).
-        fires_at = usable if self._floor_bound else trigger
+        # When protection held the last pass above its target, a pass at the trigger would
+        # find the same floor and win a few tokens per request, rewriting the prompt prefix
+        # each time: wait for the hard limit instead (still inside the budget).
+        fires_at = usable if self._missed_target_at is not None and not hard_fit else trigger
         result: PassResult | None = None
-        over_budget = measured > decision.effective_budget  # e.g. a notice over its reserve
+        # Never deliver a view over the budget by either figure: an under-reporting meter
+        # (one usage shape read as another) must not let the estimate overflow.
+        over_budget = max(measured, estimate) > budget
         if messages_size > fires_at or restore or over_budget:
-            compact = partial(
-                run_pass,
+
+            def raw(tokens: int) -> int:
+                return max(0, math.floor((tokens - overhead) / ratio) - request_raw)
+
+            result = run_pass(
                 history,
                 self._state,
                 counter=self.counter,
+                target_raw=raw(target),
+                limit_raw=raw(trigger),
+                budget_raw=raw(budget),
                 protected_recent=cfg.protected_recent,
                 protected_tool_results=cfg.protected_tool_results,
                 truncate_chars=cfg.truncate_chars,
                 retained=retained,
                 notice_role=cfg.compaction_notice_role,
-                notice_reserve=cfg.compaction_notice_token_reserve,
+                notice_reserve=reserve,
                 notice_enabled=cfg.compaction_notice_enabled,
             )
-            target_raw = max(0, math.floor((target - overhead) / ratio))
-            result = compact(
-                target_raw=target_raw, limit_raw=max(0, math.floor((trigger - overhead) / ratio))
-            )
-            excess = math.ceil((result.raw_total + result.notice_cost) * ratio) + overhead
-            excess -= decision.effective_budget
-            if excess > 0:
-                # The messages fit but the notice tipped the view over the budget: make room
-                # for it once before calling the floor too big.
-                room = max(0, min(target_raw, result.raw_total - math.ceil(excess / ratio)))
-                result = compact(target_raw=room, limit_raw=room)
-            after_raw = result.raw_total + result.notice_cost
+            after_raw = result.raw_total + result.notice_cost + request_raw
             after = math.ceil(after_raw * ratio) + overhead
-            if after > decision.effective_budget:
-                # Protected content alone cannot fit: fail loudly, commit nothing.
+            if after > budget:
+                # Even the required core cannot fit: fail loudly, commit nothing.
                 raise floor_error(self._history, result, decision, after, model)
             changed = (
                 result.changed
                 or result.state.removed_units != self._state.removed_units
                 or result.state.truncated.keys() != self._state.truncated.keys()
+                or result.notice_cost != self._notice_cost
             )
-            fits_already = not over_budget
-            if changed and (after_raw < before_raw or restore or not fits_already):
+            if changed and (after_raw < before_raw or restore or over_budget):
                 self._commit(result)
+                messages_after = math.ceil(result.raw_total * ratio) + overhead
+                self._missed_target_at = None if messages_after <= target else messages_after
             else:
                 # Nothing new to commit, or a pass that would make the request bigger (a
                 # notice costing more than it saved) on a view that fits as it stands.
                 result = None
-            self._floor_bound = (
-                math.ceil(self._view_raw * ratio) + overhead > trigger and not hard_fit
-            )
-            after_estimate = math.ceil((self._view_raw + self._notice_cost) * ratio)
+            after_estimate = math.ceil((self._view_raw + self._notice_cost + request_raw) * ratio)
         else:
             after_estimate = estimate
 
-        view = list(self._view)
         report = self._report(
             decision,
             estimate,
             after_estimate,
             messages_before,
-            len(view),
+            len(self._view),
             ratio=ratio,
             trigger=trigger,
             target=target,
@@ -316,7 +336,17 @@ class ContextFold:
             drift=self._drift(),
             ratio=ratio,
         )
-        return self._deliver(view, self._view_raw + self._notice_cost, decision, report, result)
+        return self._deliver(
+            self._view_raw + self._notice_cost + request_raw, decision, report, result
+        )
+
+    def _notice_reserve(self, budget: int) -> int:
+        """Tokens set aside for the notice: the configured reserve, at most a tenth of the
+        budget (a 600-token window must not spend 500 of them on the notice)."""
+        cfg = self.config
+        if not cfg.compaction_notice_enabled:
+            return 0
+        return min(cfg.compaction_notice_token_reserve, math.floor(budget * NOTICE_MAX_SHARE))
 
     def _measure(self, estimate: int, view_raw: int, ratio: float) -> tuple[int, str]:
         """The size the trigger compares: the estimate, or in actual mode the last real
@@ -357,9 +387,7 @@ class ContextFold:
         self._view_raw = result.raw_total
         self._view = assemble_view(self._history, self._state, self._notice)
         units = self._history.units
-        self._removed_messages = sum(
-            units[u].end - units[u].start for u in self._state.removed_units
-        )
+        self._removed_messages = sum(len(units[u].entries) for u in self._state.removed_units)
 
     def _report(
         self,
@@ -394,18 +422,25 @@ class ContextFold:
             ratio=round(ratio, 4),
             removed_total=self._removed_messages,
             truncated_total=len(self._state.truncated),
-            floor_bound=self._floor_bound,
+            floor_bound=self._missed_target_at is not None,
+            relaxed=result.relaxed if result else [],
+            repairs_total=len(self._history.repairs),
         )
 
     def _deliver(
         self,
-        view: list[dict[str, Any]],
         view_raw: int,
         decision: BudgetDecision,
         report: RequestReport,
         result: PassResult | None,
     ) -> tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
-        """Record what is being delivered and the events to emit once the lock is released."""
+        """The view to hand out, and the events to emit once the lock is released.
+
+        The caller gets its own copy of every message (containers copied, strings shared):
+        marking a block for prompt caching or editing a message in place can never reach
+        history or the sticky view.
+        """
+        view = [detached(message) for message in self._view]
         self._last_delivered_raw = view_raw
         self.last_report = report
         events: list[tuple[str, dict[str, Any]]] = []
@@ -415,15 +450,22 @@ class ContextFold:
             self._last_budget = decision
             events.append((BUDGET, decision.to_event()))
         if result is not None:
-            events.append((COMPACTION, compaction_event(report, result.changed)))
+            events.append((COMPACTION, compaction_event(report, result.changed, self.config)))
         events.append((REPORT, report.to_dict()))
         return view, events
 
-    async def _emit_clips(self, clips: list[IngressClip]) -> None:
+    async def _emit_admission(self, clips: list[IngressClip], repairs: list[Repair]) -> None:
         for clip in clips:
             await self._events.emit(INGRESS_TRUNCATED, clip.to_event())
+        for repair in repairs:
+            await self._events.emit(REPAIRED, repair.to_event())
 
     # -- introspection -------------------------------------------------------------------
+
+    @property
+    def repairs(self) -> list[Repair]:
+        """Every sequence fault admitted so far and how the view mends it, in order."""
+        return list(self._history.repairs)
 
     @property
     def message_count(self) -> int:

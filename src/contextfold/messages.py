@@ -8,13 +8,16 @@ Accepted shapes (one history may mix them):
   content, ``thinking`` (with ``signature``) and ``redacted_thinking``.
 
 Validation happens once, at admission, and is all-or-nothing: a refused message raises
-`MessageValidationError` naming the field and the fix, and nothing is stored.
+`MessageValidationError` naming the field and the fix, and nothing is stored. Only *shape*
+errors are refused here (no provider could accept the message whatever came before it).
+Sequence faults that real runs produce (an orphan result, an unanswered call, a reused call
+id) are a fact of the record: `history` admits them and `repair` mends them in the view.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Container, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -45,8 +48,9 @@ class MessageInfo:
 
     kind: Kind
     call_ids: tuple[str, ...]  # tool calls this message makes
-    result_ids: tuple[str, ...]  # tool calls this message answers
+    result_ids: tuple[str, ...]  # calls this message says it answers ("" where no id is given)
     signed_thinking: bool  # carries a thinking block with a signature (or redacted thinking)
+    thinking: bool  # carries thinking or redacted_thinking blocks (strippable from old turns)
     loaded_tool_state: bool  # metadata records loaded-tool state: never compacted
     reminder: bool  # an ephemeral+persisted user-role reminder envelope
 
@@ -58,7 +62,15 @@ def _fail(problem: str, field: str, fix: str, index: int | None) -> MessageValid
 def canonical_json(message: Mapping[str, Any], *, index: int | None = None) -> str:
     """Compact JSON of a message; refuses what a provider request could not carry."""
     try:
-        return json.dumps(message, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text = json.dumps(message, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except RecursionError:
+        raise _fail(
+            "is nested too deeply to serialise",
+            "content",
+            "Flatten the structure (a provider request carries a few levels of nesting), or "
+            "pass deep data as a JSON string",
+            index,
+        ) from None
     except (TypeError, ValueError) as exc:
         raise _fail(
             f"not JSON-serialisable ({exc})",
@@ -68,6 +80,40 @@ def canonical_json(message: Mapping[str, Any], *, index: int | None = None) -> s
             "model_dump(mode='json')",
             index,
         ) from None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Lone surrogates (from a bad decode) serialise but no provider can receive them.
+        raise _fail(
+            "contains a lone surrogate that is not valid Unicode text",
+            _find_surrogate(message) or "content",
+            "Decode the source bytes with errors='replace' (or fix the decoder) before adding it",
+            index,
+        ) from None
+    return text
+
+
+def _find_surrogate(value: Any, path: str = "") -> str | None:
+    """Dotted path of the first string holding a lone surrogate."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path or "value"
+        return None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            found = _find_surrogate(key, path) or _find_surrogate(
+                item, f"{path}.{key}" if path else str(key)
+            )
+            if found:
+                return found
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            found = _find_surrogate(item, f"{path}[{i}]")
+            if found:
+                return found
+    return None
 
 
 def _find_bad_field(value: Any, path: str = "") -> str | None:
@@ -93,17 +139,48 @@ def _find_bad_field(value: Any, path: str = "") -> str | None:
     return path or "value"
 
 
-def inspect_message(
-    message: Any,
-    *,
-    index: int | None,
-    pending: Mapping[str, int],
-    issued: Container[str],
-) -> MessageInfo:
-    """Validate one message against the history so far and classify it.
+def to_plain(message: Any) -> Any:
+    """``message`` with Pydantic models (Amplifier's ``Message``, ``TextBlock``, ``ToolCall``,
+    ...) turned into their JSON form, so a loop that hands over typed objects is served.
 
-    ``pending`` maps tool-call ids still awaiting a result to the index of the assistant
-    message that made them; ``issued`` holds every call id made so far.
+    Only the places such objects occur are looked at: the message itself, its content
+    blocks and its tool calls. Anything else is left for validation to judge.
+    """
+    message = _dumped(message)
+    if not isinstance(message, Mapping):
+        return message
+    content = message.get("content")
+    tool_calls = message.get("tool_calls")
+    typed_content = isinstance(content, list) and any(_is_model(b) for b in content)
+    typed_calls = isinstance(tool_calls, list) and any(_is_model(c) for c in tool_calls)
+    if not (typed_content or typed_calls):
+        return message
+    plain = dict(message)
+    if typed_content:
+        plain["content"] = [_dumped(b) for b in content]
+    if typed_calls:
+        plain["tool_calls"] = [_dumped(c) for c in tool_calls]
+    return plain
+
+
+def _is_model(value: Any) -> bool:
+    return not isinstance(value, Mapping) and callable(getattr(value, "model_dump", None))
+
+
+def _dumped(value: Any) -> Any:
+    if not _is_model(value):
+        return value
+    try:
+        return value.model_dump(mode="json", exclude_none=True)
+    except Exception:  # a model that cannot dump itself is judged as the object it is
+        return value
+
+
+def inspect_message(message: Any, *, index: int | None) -> MessageInfo:
+    """Check the shape of one message and classify it, independently of what came before.
+
+    Which results answer which calls is history's business (`history`), so a result with
+    no matching call is not an error here.
     """
     if not isinstance(message, Mapping):
         raise _fail(
@@ -138,23 +215,10 @@ def inspect_message(
         )
     metadata = metadata or {}
 
-    content = message.get("content")
-    blocks = _check_content(role, content, message, index)
-    call_ids = _collect_call_ids(role, message, blocks, index, issued)
-    result_ids = _collect_result_ids(role, message, blocks, index, pending, issued)
-
-    if role == "assistant" and pending and not result_ids:
-        waiting = ", ".join(sorted(pending, key=pending.__getitem__))
-        first = min(pending.values())
-        raise _fail(
-            f"a new assistant turn arrived while tool call(s) {waiting} from message {first} "
-            "have no result",
-            "role",
-            "Add a tool result for every call first (an error result for a cancelled or "
-            "failed call), then the next assistant message",
-            index,
-        )
-
+    blocks = _check_content(role, message.get("content"), index)
+    call_ids = _collect_call_ids(role, message, blocks, index)
+    result_ids = _collect_result_ids(role, message, blocks, index)
+    thinking_types = [b.get("type") for b in blocks if b.get("type") in THINKING_TYPES]
     signed_thinking = any(
         (b.get("type") == "thinking" and b.get("signature")) or b.get("type") == "redacted_thinking"
         for b in blocks
@@ -170,21 +234,27 @@ def inspect_message(
         call_ids=call_ids,
         result_ids=result_ids,
         signed_thinking=signed_thinking,
+        thinking=bool(thinking_types) and role == "assistant",
         loaded_tool_state=loaded_tool_state,
         reminder=reminder,
     )
 
 
+THINKING_TYPES = ("thinking", "redacted_thinking")
+
+
 def _classify(
     role: str, result_ids: tuple[str, ...], metadata: Mapping[str, Any], reminder: bool
 ) -> Kind:
+    source = metadata.get("source")
     if role in ("system", "developer"):
-        return Kind.SYSTEM
+        # A hook's injection is context for the model, not the system prompt: it may be
+        # compacted like any note (the kernel stores one per tool:post on some setups).
+        return Kind.USER if source == "hook" else Kind.SYSTEM
     if role in ("tool", "function") or result_ids:
         return Kind.TOOL_RESULT
     if role == "assistant":
         return Kind.ASSISTANT
-    source = metadata.get("source")
     human = (
         not reminder
         and not metadata.get("ephemeral")
@@ -194,26 +264,24 @@ def _classify(
     return Kind.HUMAN if human else Kind.USER
 
 
-def _check_content(
-    role: str, content: Any, message: Mapping[str, Any], index: int | None
-) -> list[Mapping[str, Any]]:
-    """Check the content field; return its blocks (empty for string content)."""
-    if content is None:
-        if role == "assistant" and (message.get("tool_calls") or message.get("function_call")):
-            return []
-        if role == "assistant":
-            return []  # an empty assistant turn is legal in both APIs
+def _check_content(role: str, content: Any, index: int | None) -> list[Mapping[str, Any]]:
+    """Check the content field; return its blocks (empty for string or absent content).
+
+    Absent content is admitted for every role (an empty assistant turn is legal; an empty
+    user or tool message is a fact of some transcripts and is mended in the view).
+    """
+    if content is None or isinstance(content, str):
+        return []
+    if role in ("tool", "function") and not _looks_like_blocks(content):
+        if isinstance(content, Mapping | list):
+            return []  # a ToolResult's dict/list output is stored as given, JSON-checked later
         raise _fail(
-            "is missing or None",
+            f"must be a string, a list of content blocks or a JSON object, got "
+            f"{type(content).__name__}",
             "content",
-            f"A {role} message needs content: a string or a list of content blocks",
+            "Serialise the tool's output, e.g. str(output) or json.dumps(output)",
             index,
         )
-    if isinstance(content, str):
-        return []
-    if role == "tool" and not _looks_like_blocks(content):
-        # A ToolResult's dict/list output is stored as given; it is JSON-checked later.
-        return []
     if not isinstance(content, list):
         raise _fail(
             f"must be a string or a list of content blocks, got {type(content).__name__}",
@@ -229,6 +297,13 @@ def _check_content(
                 "Each block needs a type, e.g. {'type': 'text', 'text': '...'}",
                 index,
             )
+        if block["type"] == "text" and not isinstance(block.get("text"), str):
+            raise _fail(
+                f"text must be a string, got {type(block.get('text')).__name__}",
+                f"content[{i}].text",
+                "Give a text block its text as a string, e.g. str(value)",
+                index,
+            )
     return content
 
 
@@ -241,11 +316,7 @@ def _looks_like_blocks(content: Any) -> bool:
 
 
 def _collect_call_ids(
-    role: str,
-    message: Mapping[str, Any],
-    blocks: list[Mapping[str, Any]],
-    index: int | None,
-    issued: Container[str],
+    role: str, message: Mapping[str, Any], blocks: list[Mapping[str, Any]], index: int | None
 ) -> tuple[str, ...]:
     tool_calls = message.get("tool_calls")
     ids: list[str] = []
@@ -265,28 +336,7 @@ def _collect_call_ids(
                 index,
             )
         for i, call in enumerate(tool_calls):
-            field = f"tool_calls[{i}]"
-            if not isinstance(call, Mapping):
-                raise _fail("is not a dict", field, "Each tool call is a dict with an 'id'", index)
-            call_id = _require_id(
-                call.get("id"),
-                f"{field}.id",
-                "Give every tool call a unique id; its result refers to it by tool_call_id",
-                index,
-            )
-            function = call.get("function")
-            name = call.get("tool") or call.get("name")
-            if isinstance(function, Mapping):
-                name = name or function.get("name")
-            if not isinstance(name, str) or not name:
-                raise _fail(
-                    "has no tool name",
-                    field,
-                    "Name the tool: OpenAI shape {'function': {'name': ...}} or Amplifier "
-                    "shape {'tool': ...}",
-                    index,
-                )
-            ids.append(call_id)
+            ids.append(_check_call(call, f"tool_calls[{i}]", index))
     for i, block in enumerate(blocks):
         if block.get("type") in ("tool_use", "tool_call"):
             if role != "assistant":
@@ -301,80 +351,83 @@ def _collect_call_ids(
             )
             if call_id not in ids:  # Amplifier may carry the same call as block and list entry
                 ids.append(call_id)
-    seen: set[str] = set()
-    for call_id in ids:
-        if call_id in seen or call_id in issued:
-            raise _fail(
-                f"tool call id {call_id!r} is already used by an earlier call",
-                "tool_calls",
-                "Tool call ids must be unique within a conversation",
-                index,
-            )
-        seen.add(call_id)
+    if len(set(ids)) != len(ids):
+        repeated = next(i for i in ids if ids.count(i) > 1)
+        raise _fail(
+            f"tool call id {repeated!r} is used twice in one message",
+            "tool_calls",
+            "Give each call of a message its own id; results refer to calls by id",
+            index,
+        )
     return tuple(ids)
 
 
+def _check_call(call: Any, field: str, index: int | None) -> str:
+    if not isinstance(call, Mapping):
+        raise _fail("is not a dict", field, "Each tool call is a dict with an 'id'", index)
+    call_id = _require_id(
+        call.get("id"),
+        f"{field}.id",
+        "Give every tool call an id; its result refers to it by tool_call_id",
+        index,
+    )
+    function = call.get("function")
+    name = call.get("tool") or call.get("name")
+    if isinstance(function, Mapping):
+        name = name or function.get("name")
+        arguments = function.get("arguments")
+        if arguments is not None and not isinstance(arguments, str):
+            raise _fail(
+                f"must be a JSON string in the OpenAI shape, got {type(arguments).__name__}",
+                f"{field}.function.arguments",
+                "Pass json.dumps(arguments), or use the Amplifier shape "
+                "{'id', 'tool', 'arguments': {...}} which takes a dict",
+                index,
+            )
+    if not isinstance(name, str) or not name:
+        raise _fail(
+            "has no tool name",
+            field,
+            "Name the tool: OpenAI shape {'function': {'name': ...}} or Amplifier "
+            "shape {'tool': ...}",
+            index,
+        )
+    return call_id
+
+
 def _require_id(value: Any, field: str, fix: str, index: int | None) -> str:
+    if value is None:
+        raise _fail("has no 'id'", field, fix, index)
     if not isinstance(value, str) or not value:
-        raise _fail("has no string 'id'", field, fix, index)
+        raise _fail(f"must be a non-empty string, got {value!r:.40}", field, fix, index)
     return value
 
 
 def _collect_result_ids(
-    role: str,
-    message: Mapping[str, Any],
-    blocks: list[Mapping[str, Any]],
-    index: int | None,
-    pending: Mapping[str, int],
-    issued: Container[str],
+    role: str, message: Mapping[str, Any], blocks: list[Mapping[str, Any]], index: int | None
 ) -> tuple[str, ...]:
-    ids: list[tuple[str, str]] = []
+    """The call ids this message answers, in order; "" where a result names none."""
     if role == "tool":
-        call_id = message.get("tool_call_id")
-        if not isinstance(call_id, str) or not call_id:
-            raise _fail(
-                "is missing",
-                "tool_call_id",
-                "A tool message must name the call it answers with tool_call_id",
-                index,
-            )
-        ids.append((call_id, "tool_call_id"))
-    elif role == "user":
-        for i, block in enumerate(blocks):
-            if block.get("type") == "tool_result":
-                call_id = block.get("tool_use_id") or block.get("tool_call_id")
-                if not isinstance(call_id, str) or not call_id:
-                    raise _fail(
-                        "has no tool_use_id",
-                        f"content[{i}].tool_use_id",
-                        "A tool_result block must name the tool_use it answers",
-                        index,
-                    )
-                ids.append((call_id, f"content[{i}].tool_use_id"))
-    seen: set[str] = set()
-    for call_id, field in ids:
-        if call_id in seen:
-            raise _fail(
-                f"answers tool call {call_id!r} twice",
-                field,
-                "Give each call exactly one result",
-                index,
-            )
-        seen.add(call_id)
-        if call_id in pending:
-            continue
-        if call_id in issued:
-            raise _fail(
-                f"tool call {call_id!r} already has a result",
-                field,
-                "Give each call exactly one result; drop the duplicate",
-                index,
-            )
+        return (_result_id(message.get("tool_call_id"), "tool_call_id", index),)
+    if role != "user":
+        return ()
+    ids: list[str] = []
+    for i, block in enumerate(blocks):
+        if block.get("type") == "tool_result":
+            value = block.get("tool_use_id", block.get("tool_call_id"))
+            ids.append(_result_id(value, f"content[{i}].tool_use_id", index))
+    return tuple(ids)
+
+
+def _result_id(value: Any, field: str, index: int | None) -> str:
+    if value is None or value == "":
+        return ""  # a result that names no call: admitted, mended in the view as a note
+    if not isinstance(value, str):
         raise _fail(
-            f"no earlier assistant message made a tool call with id {call_id!r} (an orphan "
-            "tool result)",
+            f"must be the string id of the call it answers, got {type(value).__name__} "
+            f"{value!r:.40}",
             field,
-            "Add the assistant message with that tool call first, or drop this result",
+            "Pass the call's id as a string, e.g. str(call_id)",
             index,
         )
-    return tuple(call_id for call_id, _ in ids)
+    return value

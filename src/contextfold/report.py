@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .config import ContextConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,22 +31,33 @@ class RequestReport:
     ratio: float = 1.0  # calibration ratio applied to raw counts
     removed_total: int = 0  # messages out of the view (sticky, all passes so far)
     truncated_total: int = 0  # messages shortened in the view (sticky)
-    floor_bound: bool = False  # protection holds the view above the trigger; next pass at the limit
+    # The last pass could not reach its target (protection held it up): the next one waits
+    # until the view has grown by the trigger-target band.
+    floor_bound: bool = False
+    relaxed: list[str] = field(default_factory=list)  # soft protections that yielded this pass
+    repairs_total: int = 0  # sequence faults admitted and mended in the view so far
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def compaction_event(report: RequestReport, changed: Mapping[str, int]) -> dict[str, Any]:
-    """The ``context:compaction`` payload of a request whose pass changed the view."""
+def compaction_event(
+    report: RequestReport, changed: Mapping[str, int], config: ContextConfig
+) -> dict[str, Any]:
+    """The ``context:compaction`` payload of a request whose pass changed the view.
+
+    Our keys, then the reference module's (``messages_removed``, ``strategy_level``, ...)
+    so dashboards and hooks written for context-simple keep working.
+    """
     removed = changed.get("drop_oldest", 0)
+    truncated = sum(changed.values()) - removed
     return {
         "before_tokens": report.tokens_before,
         "after_tokens": report.tokens_after,
         "before_messages": report.messages_before,
         "after_messages": report.messages_after,
         "removed": removed,
-        "truncated": sum(changed.values()) - removed,
+        "truncated": truncated,
         "level": report.level,
         "applied": list(changed),
         "budget": report.budget,
@@ -51,4 +65,11 @@ def compaction_event(report: RequestReport, changed: Mapping[str, int]) -> dict[
         "target": report.target,
         "hard_fit": report.hard_fit,
         "ratio": report.ratio,
+        "relaxed": list(report.relaxed),
+        "messages_removed": removed,
+        "messages_truncated": truncated,
+        "strategy_level": report.level,
+        "target_tokens": report.target,
+        "protected_recent": config.protected_recent,
+        "protected_tool_results": config.protected_tool_results,
     }

@@ -6,8 +6,6 @@ import asyncio
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .manager import ContextFold
-
 
 def fit(
     messages: Iterable[Mapping[str, Any]], token_budget: int, **settings: Any
@@ -18,6 +16,8 @@ def fit(
     message once and keeps compaction sticky (prefix-cache friendly). Must not be called
     from inside a running event loop (use ``await ContextFold(...).get_messages_for_request``).
     """
+
+    from .manager import ContextFold  # late: the manager itself uses `detached`
 
     async def run() -> list[dict[str, Any]]:
         context = ContextFold(settings)
@@ -33,4 +33,18 @@ def strip_metadata(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]
     Amplifier providers drop metadata themselves; call this before handing a view to an
     SDK such as ``openai`` or ``anthropic`` directly.
     """
-    return [{k: v for k, v in m.items() if k != "metadata"} for m in messages]
+    return [{k: detached(v) for k, v in m.items() if k != "metadata"} for m in messages]
+
+
+def detached(value: Any) -> Any:
+    """A copy of a JSON-shaped value sharing nothing mutable with it.
+
+    Dicts and lists are copied at every level; strings, numbers and None are immutable and
+    shared, which keeps the copy cheap (its cost is the view's structure, not its text).
+    """
+    kind = type(value)
+    if kind is dict:
+        return {key: detached(item) for key, item in value.items()}
+    if kind is list:
+        return [detached(item) for item in value]
+    return value

@@ -1,4 +1,8 @@
-"""The error for a protected floor that cannot fit: the numbers, the culprit, the fix."""
+"""The error for a required core that cannot fit: the numbers, the culprit, the fix.
+
+By the time it is raised every soft protection has yielded (see `relaxation`) and the notice
+is gone: what is left is what no request may go without.
+"""
 
 from __future__ import annotations
 
@@ -11,22 +15,23 @@ from .planner import PassResult
 def floor_error(
     history: History, result: PassResult, decision: BudgetDecision, needed: int, model: str | None
 ) -> ContextLengthError:
-    """ContextLengthError naming the numbers, the largest protected message and the fix."""
+    """ContextLengthError naming the numbers, the largest required message and the fix."""
     kept_units = len(history.units) - len(result.state.removed_units)
     return context_length_error(
-        f"context-fold: the protected content of this conversation needs about "
-        f"{needed:,} tokens but the effective budget is {decision.effective_budget:,} "
-        f"(source: {decision.source}; {len(history)} messages in history, {kept_units} "
-        f"turns left that cannot be removed).{_largest_protected(history, result)} Raise "
-        "max_tokens or use a model with a larger window, lower protected_recent / "
-        "protected_tool_results, or start a new session.",
+        f"context-fold: the content this request cannot go without (system messages, the "
+        f"first and last human prompt, retained reminders, the newest tool-call group) "
+        f"needs about {needed:,} tokens but the effective budget is "
+        f"{decision.effective_budget:,} (source: {decision.source}; {len(history)} messages "
+        f"in history, {kept_units} turns left after compaction)."
+        f"{_largest_required(history, result, needed, decision.effective_budget)} Raise "
+        "max_tokens or use a model with a larger window, or start a new session.",
         required_tokens=needed,
         budget=decision.effective_budget,
         model=model,
     )
 
 
-def _largest_protected(history: History, result: PassResult) -> str:
+def _largest_required(history: History, result: PassResult, needed: int, budget: int) -> str:
     protection = result.protection
     if protection is None:
         return ""
@@ -43,10 +48,11 @@ def _largest_protected(history: History, result: PassResult) -> str:
     cost, index, reason = best
     kind = history.entries[index].info.kind.value
     text = (
-        f" The largest protected message is message {index} ({kind}, "
-        f"{reason.replace('_', ' ')}) at about {cost:,} tokens."
+        f" The largest of it is message {index} ({kind}, {reason.replace('_', ' ')}) at "
+        f"about {cost:,} tokens."
     )
-    if kind == "tool_result":
+    if kind == "tool_result" and needed - cost <= budget:
+        # Only when this result is the cause: without it the request would fit.
         text += (
             " Lower max_tool_result_bytes so one tool result fits the window "
             "(about 4 bytes per token)."

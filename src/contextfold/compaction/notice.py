@@ -23,12 +23,11 @@ CHARS_PER_TOKEN = 3  # conservative: digest lines are dense (names, ids, numbers
 def build_notice(
     history: History, state: FoldState, *, truncate_chars: int, reserve_tokens: int, role: str
 ) -> dict[str, Any] | None:
-    """The notice for ``state``, or None when nothing is compacted."""
-    if state.is_empty:
+    """The notice for ``state``, or None when nothing was removed or shortened (thinking
+    left out of earlier turns needs no notice: the model never relies on it)."""
+    if not state.removed_units and not state.shortened:
         return None
-    removed_messages = sum(
-        history.units[u].end - history.units[u].start for u in state.removed_units
-    )
+    removed_messages = sum(len(history.units[u].entries) for u in state.removed_units)
     head = [
         "<context-compaction>",
         "Parts of this conversation were compacted to fit the context window. The full "
@@ -39,17 +38,16 @@ def build_notice(
             f"- {removed_messages} earlier message(s) in {len(state.removed_units)} turn(s) or "
             "tool-call group(s) were removed from this view."
         )
-    if state.truncated:
+    if state.shortened:
         head.append(
-            f"- {len(state.truncated)} older message(s) were shortened to their first "
+            f"- {len(state.shortened)} older message(s) were shortened to their first "
             f"{truncate_chars} characters (marked where shortened)."
         )
     tail = ["</context-compaction>"]
-    digest = _digest_lines(history, state)
     budget_chars = reserve_tokens * CHARS_PER_TOKEN - sum(len(line) + 1 for line in head + tail)
+    digest = _digest_lines(history, state) if budget_chars > 0 else []
     if digest:
-        chosen = _fit_lines(["Removed, in order:", *digest], budget_chars)
-        head.extend(chosen)
+        head.extend(_fit_lines(["Removed, in order:", *digest], budget_chars))
     return {
         "role": role,
         "content": "\n".join(head + tail),
@@ -60,8 +58,8 @@ def build_notice(
 def _digest_lines(history: History, state: FoldState) -> list[str]:
     lines: list[str] = []
     for unit_index in sorted(state.removed_units):
-        unit = history.units[unit_index]
-        for entry in history.entries[unit.start : unit.end]:
+        for index in history.units[unit_index].entries:
+            entry = history.entries[index]
             message = entry.message
             kind = entry.info.kind
             if kind is Kind.HUMAN:

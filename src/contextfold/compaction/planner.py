@@ -6,7 +6,7 @@ changes nothing it was given: it returns a new FoldState for the manager to comm
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +14,7 @@ from ..history import History
 from ..tokens import TokenCounter
 from .notice import build_notice
 from .protection import Protection, compute_protection
+from .relaxation import Relaxation
 from .rungs import DEFAULT_LADDER, Rung
 from .working import FoldState, WorkingView
 
@@ -29,6 +30,11 @@ class PassResult:
     changed: dict[str, int] = field(default_factory=dict)
     level: int = 0  # 1-based position of the last rung that changed something; 0 = none
     protection: Protection | None = None
+    relaxation: Relaxation = Relaxation.NONE  # how far soft protection yielded
+
+    @property
+    def relaxed(self) -> list[str]:
+        return self.relaxation.steps()
 
 
 def view_raw_total(history: History, state: FoldState) -> int:
@@ -47,6 +53,7 @@ def run_pass(
     counter: TokenCounter,
     target_raw: int,
     limit_raw: int | None = None,
+    budget_raw: int | None = None,
     protected_recent: float,
     protected_tool_results: int,
     truncate_chars: int,
@@ -56,21 +63,29 @@ def run_pass(
     notice_enabled: bool = True,
     ladder: Sequence[Rung] = DEFAULT_LADDER,
 ) -> PassResult:
-    """Compact a copy of ``sticky`` down to ``target_raw`` raw tokens, protection permitting.
+    """Compact a copy of ``sticky`` toward ``target_raw`` raw tokens, protection permitting.
 
     ``limit_raw`` is the trigger in raw tokens: protection may leave the view above target,
     but a view left above the trigger would compact again on the very next request and
     lose its stable prefix, so the pass goes on to the protection rule's fixed point
-    while it is above this limit and can still shrink.
+    while it is above this limit and can still shrink. ``budget_raw`` is the hard limit
+    (messages and notice): while the view exceeds it, soft protections yield one step at
+    a time (see `relaxation`), and the notice is fitted to whatever room is left.
     """
     if limit_raw is None:
         limit_raw = target_raw
+    if budget_raw is None:
+        budget_raw = max(limit_raw, target_raw) + notice_reserve
     state = sticky.copy()
     # Content the request must carry complete (a retained reminder) comes back into the
     # view even if an earlier pass compacted it.
     for index in retained:
-        state.truncated.pop(index, None)
+        if state.truncated.pop(index, None) is not None:
+            state.stripped.discard(index)
+            state.shortened.discard(index)
         state.removed_units.discard(history.entries[index].unit)
+
+    relaxation = Relaxation.NONE
 
     def protect() -> Protection:
         return compute_protection(
@@ -79,6 +94,7 @@ def run_pass(
             protected_recent=protected_recent,
             protected_tool_results=protected_tool_results,
             retained=retained,
+            relaxation=relaxation,
         )
 
     work = WorkingView(
@@ -88,10 +104,60 @@ def run_pass(
         counter=counter,
         raw_total=view_raw_total(history, state),
         truncate_chars=truncate_chars,
+        limit_raw=limit_raw,
     )
+    header_cost = (
+        _header_cost(history, counter, truncate_chars, notice_role) if notice_enabled else 0
+    )
+    # Soft protections yield (see `relaxation`) when the view cannot fit the budget, and
+    # when a pass the trigger fired would end in the top half of the hysteresis band: a
+    # view parked just under the trigger compacts again a turn or two later, rewriting the
+    # prompt prefix each time. Either way they yield only as far as the middle of the band.
+    room_raw = (target_raw + limit_raw) // 2
+    goal_raw = max(0, min(room_raw, budget_raw - header_cost))
+    started_above_limit = work.raw_total > limit_raw
+    level = _run_ladder(work, ladder, target_raw, limit_raw, protect)
+    while relaxation < max(Relaxation) and (
+        work.raw_total + header_cost > budget_raw
+        or (started_above_limit and work.raw_total > room_raw)
+    ):
+        relaxation = Relaxation(relaxation + 1)
+        work.protection = protect()
+        work.limit_raw = goal_raw
+        level = max(level, _run_ladder(work, ladder, goal_raw, goal_raw, protect))
+    room = max(0, budget_raw - work.raw_total)
+    notice, notice_cost = _fitted_notice(
+        history,
+        state,
+        counter,
+        truncate_chars,
+        min(notice_reserve, room),
+        notice_role,
+        notice_enabled,
+    )
+    return PassResult(
+        state=state,
+        raw_total=work.raw_total,
+        notice=notice,
+        notice_cost=notice_cost,
+        changed=dict(work.changed),
+        level=level,
+        protection=work.protection,
+        relaxation=relaxation,
+    )
+
+
+def _run_ladder(
+    work: WorkingView,
+    ladder: Sequence[Rung],
+    target_raw: int,
+    limit_raw: int,
+    protect: Callable[[], Protection],
+) -> int:
+    """Run the rungs in order until the view is under target; returns the level reached."""
     level = 0
     while True:
-        removed_before = len(state.removed_units)
+        removed_before = len(work.state.removed_units)
         for position, rung in enumerate(ladder, start=1):
             if work.raw_total <= target_raw:
                 break
@@ -103,21 +169,18 @@ def run_pass(
         # rule protects fewer messages: what consecutive requests would reach one pass at a
         # time. Go on to that fixed point while the view is still over the limit.
         # Each round shrinks the view geometrically, so the rounds are O(log n).
-        if work.raw_total <= limit_raw or len(state.removed_units) == removed_before:
-            break
+        if work.raw_total <= limit_raw or len(work.state.removed_units) == removed_before:
+            return level
         work.protection = protect()
-    notice, notice_cost = _fitted_notice(
-        history, state, counter, truncate_chars, notice_reserve, notice_role, notice_enabled
+
+
+def _header_cost(history: History, counter: TokenCounter, truncate_chars: int, role: str) -> int:
+    """Cost of the smallest notice (its header): what a compacted view needs room for."""
+    probe = FoldState(removed_units={0}) if history.units else FoldState()
+    notice = build_notice(
+        history, probe, truncate_chars=truncate_chars, reserve_tokens=0, role=role
     )
-    return PassResult(
-        state=state,
-        raw_total=work.raw_total,
-        notice=notice,
-        notice_cost=notice_cost,
-        changed=dict(work.changed),
-        level=level,
-        protection=work.protection,
-    )
+    return counter.count_message(notice) if notice is not None else 0
 
 
 def _fitted_notice(
@@ -125,54 +188,68 @@ def _fitted_notice(
     state: FoldState,
     counter: TokenCounter,
     truncate_chars: int,
-    reserve: int,
+    limit: int,
     role: str,
     enabled: bool,
 ) -> tuple[dict[str, Any] | None, int]:
-    """The notice and its cost, its digest shortened until the real count fits the reserve.
+    """The notice and its cost, shrunk until the real count fits ``limit`` tokens.
 
     The digest is sized in characters first (cheap); dense text (CJK, numbers) can still
     count more tokens than planned, so halve the allowance until the counter agrees. The
-    header alone is the floor: a notice is never dropped for being too long.
+    header alone is the smallest notice; when even that does not fit, the view goes
+    without one rather than be refused.
     """
     if not enabled:
         return None, 0
-    allowance = reserve
+    allowance = limit
     while True:
         notice = build_notice(
             history, state, truncate_chars=truncate_chars, reserve_tokens=allowance, role=role
         )
-        cost = counter.count_message(notice) if notice is not None else 0
-        if notice is None or cost <= reserve or allowance == 0:
+        if notice is None:
+            return None, 0
+        cost = counter.count_message(notice)
+        if cost <= limit:
             return notice, cost
+        if allowance == 0:
+            return None, 0
         allowance //= 2
 
 
 def assemble_view(
     history: History, state: FoldState, notice: dict[str, Any] | None
 ) -> list[dict[str, Any]]:
-    """The messages of the view: kept units in order, shortened messages swapped in, and
-    the notice placed before the first kept unit after the first compacted spot (never
-    inside a tool-call group)."""
-    anchor = _first_affected_unit(history, state)
+    """The messages of the view: kept units in order, shortened messages swapped in,
+    view-only results after their group, and the notice placed before the first kept unit
+    after the first compacted spot (never inside a tool-call group)."""
+    anchor = first_affected_unit(history, state)
     view: list[dict[str, Any]] = []
     placed = notice is None
+    entries = history.entries
+    truncated = state.truncated
     for unit_index, unit in enumerate(history.units):
         if unit_index in state.removed_units:
             continue
         if not placed and unit_index >= anchor:
             view.append(notice)  # type: ignore[arg-type]
             placed = True
-        for i in range(unit.start, unit.end):
-            swap = state.truncated.get(i)
-            view.append(swap[0] if swap is not None else history.entries[i].message)
+        for i in unit.entries:
+            swap = truncated.get(i)
+            if swap is not None:
+                view.append(swap[0])
+            else:
+                message = entries[i].view
+                if message is not None:
+                    view.append(message)
+        view.extend(unit.synthetic)
     if not placed:
         view.append(notice)  # type: ignore[arg-type]
     return view
 
 
-def _first_affected_unit(history: History, state: FoldState) -> int:
+def first_affected_unit(history: History, state: FoldState) -> int:
+    """The first unit the notice speaks of: removed, or holding a shortened message."""
     candidates = [min(state.removed_units)] if state.removed_units else []
-    if state.truncated:
-        candidates.append(history.entries[min(state.truncated)].unit)
+    if state.shortened:
+        candidates.append(min(history.entries[i].unit for i in state.shortened))
     return min(candidates) if candidates else len(history.units)

@@ -1,16 +1,21 @@
 """Which messages compaction may not touch, and why.
 
-Two strengths of protection, computed once per compaction pass:
-- *untouchable* entries are neither truncated nor removed: system messages, the first
-  and last human prompt, retained reminders, messages recording loaded-tool state, any
-  message carrying signed thinking (its bytes must reach the provider unchanged), the
-  last ``protected_recent`` fraction of the view, the last ``protected_tool_results``
-  tool results, and the current turn (the last unit);
-- *unremovable* units hold an untouchable entry (a protected sibling keeps its whole
-  call group), or signed thinking of the current agentic turn (after the last human
-  prompt), which the provider requires back verbatim while that turn's tools run.
-Signed thinking of earlier turns may leave the view with its whole unit (providers
-drop it from context anyway); it is never edited.
+Protection has two strengths, computed once per compaction round:
+- *untouchable* entries are neither shortened nor removed;
+- *unremovable* units hold an untouchable entry (a protected result keeps its call group,
+  since a group leaves whole or not at all).
+
+The reasons fall in two classes. The **required core** is what a request cannot be sent
+without: system messages (a hook's injected note is not one), the first and the last human
+prompt, retained reminders, messages recording loaded-tool state, the newest call group of
+the current prompt (its results are what the model asked for, and its signed thinking must
+go back unmodified: Anthropic's rule for the turn whose tool results are sent) and the last
+unit. **Soft** protections keep recent context whole on the way to the *target*, and yield,
+in `RELAXATION_ORDER`, when the view cannot otherwise fit the *budget* (see `relaxation`).
+
+Thinking of earlier assistant turns is not protected: providers need only the newest turn's
+(Anthropic ignores earlier thinking and does not count it), so a rung may strip it, all of a
+message's thinking blocks or none, and its turn may leave whole.
 """
 
 from __future__ import annotations
@@ -21,21 +26,34 @@ from dataclasses import dataclass
 
 from ..history import History
 from ..messages import Kind
+from .relaxation import Relaxation
 
 REASON_SYSTEM = "system"
 REASON_FIRST_HUMAN = "first_human_prompt"
 REASON_LAST_HUMAN = "last_human_prompt"
 REASON_REMINDER = "retained_reminder"
 REASON_TOOL_STATE = "loaded_tool_state"
-REASON_THINKING = "signed_thinking"
+REASON_CURRENT_GROUP = "newest_call_group"
+REASON_CURRENT_TURN = "current_turn"
 REASON_RECENT = "recent"
 REASON_RECENT_RESULT = "recent_tool_result"
-REASON_CURRENT_TURN = "current_turn"
+
+REQUIRED_REASONS = frozenset(
+    {
+        REASON_SYSTEM,
+        REASON_FIRST_HUMAN,
+        REASON_LAST_HUMAN,
+        REASON_REMINDER,
+        REASON_TOOL_STATE,
+        REASON_CURRENT_GROUP,
+        REASON_CURRENT_TURN,
+    }
+)
 
 
 @dataclass(slots=True)
 class Protection:
-    """Per-entry and per-unit protection flags for one pass, with the first reason found."""
+    """Per-entry and per-unit protection flags for one round, with the first reason found."""
 
     untouchable: list[str | None]  # by entry index: reason, or None if the entry may change
     unremovable: list[str | None]  # by unit index: reason, or None if the unit may go
@@ -47,6 +65,18 @@ class Protection:
         return self.unremovable[unit]
 
 
+def newest_current_group(history: History) -> int | None:
+    """The newest call group of the current prompt (after the last human prompt), if any."""
+    turn_start = history.last_human if history.last_human is not None else -1
+    for unit_index in range(len(history.units) - 1, -1, -1):
+        unit = history.units[unit_index]
+        if unit.start < turn_start:
+            return None
+        if unit.is_group:
+            return unit_index
+    return None
+
+
 def compute_protection(
     history: History,
     removed_units: Collection[int],
@@ -54,6 +84,7 @@ def compute_protection(
     protected_recent: float,
     protected_tool_results: int,
     retained: Collection[int] = (),
+    relaxation: Relaxation = Relaxation.NONE,
 ) -> Protection:
     """Protection flags over ``history`` as it stands in the view (removed units skipped)."""
     entries = history.entries
@@ -65,8 +96,6 @@ def compute_protection(
             untouchable[i] = REASON_SYSTEM
         elif info.loaded_tool_state:
             untouchable[i] = REASON_TOOL_STATE
-        elif info.signed_thinking:
-            untouchable[i] = REASON_THINKING
     for index, reason in (
         (history.first_human, REASON_FIRST_HUMAN),
         (history.last_human, REASON_LAST_HUMAN),
@@ -76,40 +105,43 @@ def compute_protection(
     for index in retained:
         untouchable[index] = untouchable[index] or REASON_REMINDER
 
-    # The recent window and the recent tool results are counted over the view as it
-    # stands at the start of the pass, so removing messages cannot shift them.
+    unremovable: list[str | None] = [None] * len(history.units)
+    required_units = [(len(history.units) - 1, REASON_CURRENT_TURN)] if history.units else []
+    group = newest_current_group(history)
+    if group is not None:
+        required_units.append((group, REASON_CURRENT_GROUP))
+    for unit_index, reason in required_units:
+        unremovable[unit_index] = reason
+        for i in history.units[unit_index].entries:
+            untouchable[i] = untouchable[i] or reason
+
+    # Soft protections, counted over the view as it stands at the start of the round so
+    # that removing messages cannot shift them.
     in_view = [
         i
         for unit_index, unit in enumerate(history.units)
         if unit_index not in removed_units
-        for i in range(unit.start, unit.end)
+        for i in unit.entries
     ]
-    recent = math.ceil(protected_recent * len(in_view))
+    recent = math.ceil(relaxation.recent_fraction(protected_recent) * len(in_view))
     for i in in_view[len(in_view) - recent :] if recent else ():
         untouchable[i] = untouchable[i] or REASON_RECENT
-    results_left = protected_tool_results
+    results_left = protected_tool_results if relaxation.keeps_recent_result_groups else 0
     for i in reversed(in_view):
         if results_left <= 0:
             break
         if entries[i].info.kind is Kind.TOOL_RESULT:
-            untouchable[i] = untouchable[i] or REASON_RECENT_RESULT
+            if relaxation.keeps_recent_results_whole:
+                untouchable[i] = untouchable[i] or REASON_RECENT_RESULT
+            elif not unremovable[entries[i].unit]:
+                unremovable[entries[i].unit] = REASON_RECENT_RESULT
             results_left -= max(1, len(entries[i].info.result_ids))
 
-    unremovable: list[str | None] = [None] * len(history.units)
-    if history.units:
-        last = history.units[-1]
-        unremovable[-1] = REASON_CURRENT_TURN
-        for i in range(last.start, last.end):
-            untouchable[i] = untouchable[i] or REASON_CURRENT_TURN
-    turn_start = history.last_human if history.last_human is not None else 0
     for unit_index, unit in enumerate(history.units):
         if unremovable[unit_index]:
             continue
-        for i in range(unit.start, unit.end):
-            if untouchable[i] and untouchable[i] != REASON_THINKING:
+        for i in unit.entries:
+            if untouchable[i]:
                 unremovable[unit_index] = untouchable[i]
-                break
-            if untouchable[i] == REASON_THINKING and i > turn_start:
-                unremovable[unit_index] = REASON_THINKING
                 break
     return Protection(untouchable, unremovable)

@@ -4,6 +4,10 @@ Rungs run in order, cheapest and least lossy first; each checks the running tota
 after every single change and stops as soon as the view is under target, so no more
 is lost than the budget requires. Every rung scans the history once per pass: a pass
 is linear in the number of messages.
+
+The first rung leaves earlier turns' thinking out of the view: nearly lossless (providers
+ignore earlier thinking; Anthropic does not even count it) and often the largest saving in
+a run with extended thinking.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from ..messages import Kind
-from .truncate import shorten_prose, shorten_tool_result, text_length
+from .truncate import shorten_prose, shorten_tool_result, strip_thinking, text_length
 from .working import WorkingView
 
 
@@ -21,6 +25,34 @@ class Rung(Protocol):
     def apply(self, work: WorkingView, target_raw: int) -> None:
         """Change the working view, oldest first, until ``work.raw_total <= target_raw``."""
         ...
+
+
+class StripEarlierThinking:
+    """Leave the thinking blocks of earlier assistant turns out of the view.
+
+    All of a message's thinking blocks go, or none (Anthropic: never edit or partly remove
+    a turn's thinking); the newest call group's are protected and always go back intact.
+    """
+
+    name = "strip_thinking"
+
+    def apply(self, work: WorkingView, target_raw: int) -> None:
+        for index, entry in enumerate(work.history.entries):
+            if work.raw_total <= target_raw:
+                return
+            if (
+                not entry.info.thinking
+                or index in work.state.stripped
+                or work.protection.entry_reason(index)
+                or work.is_removed(index)
+            ):
+                continue
+            current, _ = work.current(index)
+            short = strip_thinking(current)
+            if short is None:
+                continue
+            work.replace(index, short, work.counter.count_message(short), self.name)
+            work.state.stripped.add(index)
 
 
 class TruncateToolResults:
@@ -42,21 +74,37 @@ class TruncateLongText:
 
 
 class DropOldest:
-    """Remove the oldest removable units (whole tool-call groups) from the view."""
+    """Remove the oldest removable units (whole tool-call groups) from the view.
+
+    Only removals that pay: whole turns leave while the view is above the trigger, and
+    below it only if removing every removable turn would reach the target. Otherwise a
+    pass would throw away many turns (every early note and call) for a small saving and
+    still miss its target.
+    """
 
     name = "drop_oldest"
 
     def apply(self, work: WorkingView, target_raw: int) -> None:
         removed = work.state.removed_units
-        for unit_index in range(len(work.history.units)):
-            if work.raw_total <= target_raw:
+        units = work.history.units
+        candidates = [
+            u for u in range(len(units)) if u not in removed and not work.protection.unit_reason(u)
+        ]
+        removable = sum(work.history.unit_cost(units[u], work.state.truncated) for u in candidates)
+        reaches_target = work.raw_total - removable <= target_raw
+        stop_at = target_raw if reaches_target else max(target_raw, work.limit_raw)
+        for unit_index in candidates:
+            if work.raw_total <= stop_at:
                 return
-            if unit_index in removed or work.protection.unit_reason(unit_index):
-                continue
             work.remove_unit(unit_index, self.name)
 
 
-DEFAULT_LADDER: tuple[Rung, ...] = (TruncateToolResults(), TruncateLongText(), DropOldest())
+DEFAULT_LADDER: tuple[Rung, ...] = (
+    StripEarlierThinking(),
+    TruncateToolResults(),
+    TruncateLongText(),
+    DropOldest(),
+)
 
 
 def _shorten_where(
@@ -70,18 +118,20 @@ def _shorten_where(
             return
         if (
             entry.info.kind not in kinds
-            or index in work.state.truncated
+            or index in work.state.shortened
             or work.protection.entry_reason(index)
-            or entry.info.signed_thinking
+            # a turn's text is edited only once its thinking is out of the view
+            or (entry.info.thinking and index not in work.state.stripped)
             or work.is_removed(index)
-            or text_length(entry.message) <= worth
         ):
             continue
-        short = (
-            shorten_tool_result(entry.message, keep) if tool else shorten_prose(entry.message, keep)
-        )
+        current, current_cost = work.current(index)
+        if text_length(current) <= worth:
+            continue
+        short = shorten_tool_result(current, keep) if tool else shorten_prose(current, keep)
         if short is None:
             continue
         cost = work.counter.count_message(short)
-        if cost < entry.cost:
+        if cost < current_cost:
             work.replace(index, short, cost, rung)
+            work.state.shortened.add(index)

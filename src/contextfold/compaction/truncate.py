@@ -12,6 +12,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ..messages import THINKING_TYPES
+
 MARKER = (
     "\n[... {omitted:,} more characters omitted from this view by contextfold; "
     "the full text is in the history]"
@@ -118,3 +120,22 @@ def _shorten_result_blocks(message: Mapping[str, Any], keep: int) -> dict[str, A
                 changed = True
         blocks.append(block)
     return {**message, "content": blocks} if changed else None
+
+
+def strip_thinking(message: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A copy of an assistant message without its thinking blocks, or None if it has none.
+
+    Every thinking and redacted_thinking block goes: a message's thinking is returned whole
+    or not at all, never partly (Anthropic's rule).
+    """
+    content = message.get("content")
+    if not isinstance(content, list):
+        return None
+    kept = [
+        block
+        for block in content
+        if not (isinstance(block, Mapping) and block.get("type") in THINKING_TYPES)
+    ]
+    if len(kept) == len(content):
+        return None
+    return {**message, "content": kept}

@@ -20,11 +20,20 @@ class FoldState:
     """Sticky compaction decisions: what stays removed or truncated on every later request."""
 
     removed_units: set[int] = field(default_factory=set)
+    # entry index -> (the message as the view sends it, its raw cost)
     truncated: dict[int, tuple[dict[str, Any], int]] = field(default_factory=dict)
+    stripped: set[int] = field(default_factory=set)  # earlier thinking left out
+    shortened: set[int] = field(default_factory=set)  # text cut to its head
     rungs_used: dict[str, int] = field(default_factory=dict)  # rung name -> messages changed
 
     def copy(self) -> FoldState:
-        return FoldState(set(self.removed_units), dict(self.truncated), dict(self.rungs_used))
+        return FoldState(
+            set(self.removed_units),
+            dict(self.truncated),
+            set(self.stripped),
+            set(self.shortened),
+            dict(self.rungs_used),
+        )
 
     @property
     def is_empty(self) -> bool:
@@ -41,6 +50,9 @@ class WorkingView:
     counter: TokenCounter
     raw_total: int
     truncate_chars: int
+    # The trigger in raw tokens: whole turns leave only while the view is above it, or when
+    # removing them reaches the target (a removal that pays).
+    limit_raw: int = 0
     changed: dict[str, int] = field(default_factory=dict)  # rung name -> changes this pass
 
     def is_removed(self, entry_index: int) -> bool:
@@ -52,7 +64,7 @@ class WorkingView:
         if swap is not None:
             return swap
         entry = self.history.entries[entry_index]
-        return entry.message, entry.cost
+        return entry.view or entry.message, entry.cost
 
     def replace(self, entry_index: int, message: dict[str, Any], cost: int, rung: str) -> None:
         _, old_cost = self.current(entry_index)
@@ -65,8 +77,8 @@ class WorkingView:
         unit = self.history.units[unit_index]
         self.raw_total -= self.history.unit_cost(unit, self.state.truncated)
         self.state.removed_units.add(unit_index)
-        self._count(rung, unit.end - unit.start)
-        return unit.end - unit.start
+        self._count(rung, len(unit.entries))
+        return len(unit.entries)
 
     def _count(self, rung: str, n: int = 1) -> None:
         self.changed[rung] = self.changed.get(rung, 0) + n
