@@ -250,7 +250,7 @@ async def test_only_the_newest_turn_keeps_its_thinking_and_it_goes_back_intact()
 
 
 async def test_thinking_is_left_out_before_anything_lossy() -> None:
-    ctx, events = make(protected_recent=0.0, protected_tool_results=0)
+    ctx, _events = make(protected_recent=0.0, protected_tool_results=0)
     messages = [SYSTEM, human("task")]
     for n in range(8):
         messages.extend(thinking_round(n))
