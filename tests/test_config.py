@@ -57,11 +57,15 @@ def test_bad_values_fail_at_construction(settings: dict, words: str) -> None:
     assert issubclass(ConfigError, ValueError)
 
 
-def test_unknown_meter_mode_warns_and_falls_back(caplog: pytest.LogCaptureFixture) -> None:
+def test_unknown_meter_mode_warns_once_and_falls_back(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
         ctx = ContextFold(token_meter="psychic")
     assert ctx.config.token_meter == "estimate"
-    assert "psychic" in caplog.text
+    assert caplog.text.count("psychic") == 1
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        direct = ContextConfig(token_meter="actaul")  # built directly, not from a mapping
+    assert direct.token_meter == "estimate" and "actaul" in caplog.text
 
 
 def test_settings_as_mapping_and_keywords() -> None:

@@ -108,6 +108,14 @@ class ContextConfig:
             raise ConfigError(
                 f"token_model must be a model name string, got {shown(self.token_model)}."
             )
+        if not _is_str(self.token_meter) or self.token_meter not in TOKEN_METER_MODES:
+            # The contract: an unknown meter mode warns and falls back, it does not fail.
+            logger.warning(
+                "context-fold: token_meter=%s is not one of %s; falling back to 'estimate'",
+                shown(self.token_meter),
+                "/".join(TOKEN_METER_MODES),
+            )
+            object.__setattr__(self, "token_meter", "estimate")
         from .tokens import COUNTER_KINDS  # late: tokens imports nothing of ours
 
         if not _is_str(self.token_counter) or self.token_counter not in COUNTER_KINDS:
@@ -138,15 +146,6 @@ class ContextConfig:
             if key not in known:
                 raise ConfigError(_unknown_key_message(key, known))
             values[key] = value
-        meter = values.get("token_meter", "estimate")
-        if not _is_str(meter) or meter not in TOKEN_METER_MODES:
-            # The contract: an unknown meter mode warns and falls back, it does not fail.
-            logger.warning(
-                "context-fold: token_meter=%s is not one of %s; falling back to 'estimate'",
-                shown(meter),
-                "/".join(TOKEN_METER_MODES),
-            )
-            values["token_meter"] = "estimate"
         if "target_usage" not in values:
             threshold = values.get("compact_threshold", DEFAULT_COMPACT_THRESHOLD)
             target = default_target_usage(threshold)
