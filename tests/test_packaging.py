@@ -92,6 +92,48 @@ print(json.dumps({{
     assert report["error"] == ["context-fold", "m", 12, 10, False, None]
 
 
+def test_modules_mount_in_a_host_without_the_kernel_package(bare_venv: Path) -> None:
+    # The wheel carries the amplifier_module_* doors and the entry points; the context
+    # module mounts on a host's own coordinator with no amplifier-core installed.
+    probe = """
+import asyncio, json
+from importlib.metadata import entry_points
+import amplifier_module_context_fold
+
+class Coordinator:
+    hooks = None
+    def __init__(self):
+        self.mounted = {}
+    async def mount(self, point, module):
+        self.mounted[point] = module
+
+async def main():
+    coordinator = Coordinator()
+    cleanup = await amplifier_module_context_fold.mount(coordinator, {"max_tokens": 9000})
+    context = coordinator.mounted["context"]
+    await context.add_message({"role": "user", "content": "hello"})
+    view = await context.get_messages_for_request()
+    await cleanup()
+    ids = sorted(ep.name for ep in entry_points(group="amplifier.modules"))
+    print(json.dumps({"ids": ids, "view": len(view), "budget": context.last_report.budget}))
+
+asyncio.run(main())
+"""
+    result = _python(bare_venv, probe)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        "ids": [
+            "context-fold",
+            "hooks-context-inject",
+            "loop-fold",
+            "provider-scripted",
+            "tool-doc-lookup",
+        ],
+        "view": 1,
+        "budget": 9000,
+    }
+
+
 def test_readme_library_example_runs_without_the_extras(bare_venv: Path) -> None:
     [example] = [
         block
