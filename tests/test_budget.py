@@ -129,3 +129,26 @@ async def test_provider_without_window_logs(caplog: pytest.LogCaptureFixture) ->
     d = await derive_budget(ContextConfig(), provider=SimpleNamespace(name="bare"))
     assert d.source == "max_tokens_fallback"
     assert "publishes no context window" in caplog.text
+
+
+async def test_a_forced_refit_caps_later_requests_so_the_overflow_does_not_repeat() -> None:
+    events: list = []
+    ctx = ContextFold(token_counter="heuristic", on_event=lambda e, d: events.append((e, d)))
+    await ctx.set_messages([SYSTEM, human("go")])
+    provider = Provider(MI)
+    await ctx.get_messages_for_request(provider=provider)
+    derived = ctx.last_report.budget
+    # The provider refused a request we believed fit; the loop refits to 50,000.
+    await ctx.get_messages_for_request(token_budget=50_000, provider=provider, hard_fit=True)
+    await ctx.get_messages_for_request(provider=provider)
+    assert ctx.last_report.budget == 50_000 < derived
+    budget_events = [d for e, d in events if e == "context:budget"]
+    assert budget_events[-1]["refit_cap"] == 50_000 and budget_events[-1]["capped"] is True
+    # An explicit budget is the caller's word and is not capped.
+    await ctx.get_messages_for_request(token_budget=80_000)
+    assert ctx.last_report.budget == 80_000
+    # A later, smaller refit lowers the cap; a larger one never raises it.
+    await ctx.get_messages_for_request(token_budget=40_000, provider=provider, hard_fit=True)
+    await ctx.get_messages_for_request(token_budget=90_000, provider=provider, hard_fit=True)
+    await ctx.get_messages_for_request(provider=provider)
+    assert ctx.last_report.budget == 40_000

@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from .config import ContextConfig
@@ -37,6 +37,20 @@ class BudgetDecision:
     capped: bool
     effective_budget: int
     model: str | None = None
+    # Set after a provider overflow: the budget of the forced refit (``hard_fit``) that
+    # followed, kept as a cap on later requests so the same overflow does not repeat.
+    refit_cap: int | None = None
+
+    def with_refit_cap(self, cap: int | None) -> BudgetDecision:
+        """This decision under the cap a provider overflow taught (explicit budgets excepted)."""
+        if cap is None or self.source == "explicit":
+            return self
+        return replace(
+            self,
+            refit_cap=cap,
+            capped=self.capped or cap < self.effective_budget,
+            effective_budget=min(self.effective_budget, cap),
+        )
 
     def to_event(self) -> dict[str, Any]:
         """The contract's ``context:budget`` payload (the model rides along as extra)."""

@@ -72,6 +72,7 @@ class ContextFold:
         self._lock = asyncio.Lock()
         self._model: str | None = self.config.token_model
         self._last_budget: BudgetDecision | None = None
+        self._refit_cap: int | None = None
         self.last_report: RequestReport | None = None
         self.token_meter_stats: MeterStats | None = None
         self._reset_history(History(self.counter, self.config.max_tool_result_bytes))
@@ -137,6 +138,11 @@ class ContextFold:
         """
         decision = await derive_budget(self.config, token_budget=token_budget, provider=provider)
         async with self._lock:
+            if hard_fit and token_budget is not None:
+                # The provider refused a request we believed fit: what it allows is below our
+                # estimate of the window. Keep the refit budget as a cap on later requests.
+                self._refit_cap = min(token_budget, self._refit_cap or token_budget)
+            decision = decision.with_refit_cap(self._refit_cap)
             view, events = self._plan_request(decision, hard_fit, required_reminders)
         for event, data in events:
             await self._events.emit(event, data)
