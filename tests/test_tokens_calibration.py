@@ -305,4 +305,6 @@ def test_ratio_rules_hold_for_any_readings(
 def test_any_steady_ratio_is_learned(ratio: float, seed: int) -> None:
     counter = fresh()
     feed(counter, ratio, 10, seed=seed, noise=0.02)
-    assert ratio * 0.98 <= counter.ratio(MODEL) <= ratio * 1.02 * (1 + 1e-9)
+    # Within the noise, plus the rounding of actual to whole tokens (estimates are >= 2,000).
+    slack = 0.5 / 2_000
+    assert ratio * 0.98 - slack <= counter.ratio(MODEL) <= ratio * 1.02 + slack
