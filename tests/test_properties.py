@@ -167,16 +167,18 @@ def check_view(ctx: ContextFold, history: list[dict], view: list[dict], budget: 
 
 
 def newest_current_group(history: list[dict]) -> list[dict]:
-    """The assistant message with calls after the last human prompt, with its results."""
-    last_human = max(
-        (i for i, m in enumerate(history) if (m.get("metadata") or {}).get("source") == "user"),
-        default=-1,
-    )
-    for i in range(len(history) - 1, last_human, -1):
-        if history[i]["role"] == "assistant" and call_ids_of(history[i]):
-            ids = set(call_ids_of(history[i]))
+    """The call group whose results the next request sends back: the newest assistant
+    message with calls after the last human prompt, unless an assistant reply followed it."""
+    for i in range(len(history) - 1, -1, -1):
+        message = history[i]
+        if (message.get("metadata") or {}).get("source") == "user":
+            return []
+        if message["role"] == "assistant":
+            if not call_ids_of(message):
+                return []
+            ids = set(call_ids_of(message))
             results = [m for m in history[i + 1 :] if set(result_ids_of(m)) & ids]
-            return [history[i], *results]
+            return [message, *results]
     return []
 
 

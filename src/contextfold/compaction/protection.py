@@ -7,9 +7,10 @@ Protection has two strengths, computed once per compaction round:
 
 The reasons fall in two classes. The **required core** is what a request cannot be sent
 without: system messages (a hook's injected note is not one), the first and the last human
-prompt, retained reminders, messages recording loaded-tool state, the newest call group of
-the current prompt (its results are what the model asked for, and its signed thinking must
-go back unmodified: Anthropic's rule for the turn whose tool results are sent) and the last
+prompt, retained reminders, messages recording loaded-tool state, the call group whose
+results the request sends back (the newest group of the current prompt, with no assistant
+reply after it: its results are what the model asked for, and its signed thinking must go
+back unmodified, Anthropic's rule for the turn whose tool results are sent) and the last
 unit. **Soft** protections keep recent context whole on the way to the *target*, and yield,
 in `RELAXATION_ORDER`, when the view cannot otherwise fit the *budget* (see `relaxation`).
 
@@ -66,7 +67,8 @@ class Protection:
 
 
 def newest_current_group(history: History) -> int | None:
-    """The newest call group of the current prompt (after the last human prompt), if any."""
+    """The call group whose results the next request sends back: the newest group of the
+    current prompt, unless an assistant reply has come after it (then it is history)."""
     turn_start = history.last_human if history.last_human is not None else -1
     for unit_index in range(len(history.units) - 1, -1, -1):
         unit = history.units[unit_index]
@@ -74,6 +76,8 @@ def newest_current_group(history: History) -> int | None:
             return None
         if unit.is_group:
             return unit_index
+        if history.entries[unit.start].info.kind is Kind.ASSISTANT:
+            return None
     return None
 
 
