@@ -103,11 +103,11 @@ async def test_async_variant_works_inside_a_running_loop() -> None:
 
 
 def test_refused_message_names_its_place() -> None:
-    messages = [SYSTEM, human("hi"), {"role": "tool", "tool_call_id": "nope", "content": "x"}]
+    messages = [SYSTEM, human("hi"), {"role": "robot", "content": "x"}]
     with pytest.raises(ReplayError) as caught:
         replay_messages(messages, {}, None, places=["line 1", "line 2", "line 9"])
     assert caught.value.place == "line 9"
-    assert "nope" in str(caught.value)
+    assert "role" in str(caught.value)
 
 
 def test_on_request_sees_every_row() -> None:
@@ -311,21 +311,16 @@ def assert_one_line(err: str, *fragments: str) -> None:
         ("blank.jsonl", "\n  \n", ["the file is empty"]),
         ("no-messages.json", "[]", ["no messages"]),
         (
-            "orphan.json",
-            json.dumps([human("hi"), {"role": "tool", "tool_call_id": "call_9", "content": "r"}]),
-            ["message 1", "orphan tool result", "call_9"],
+            "no-role.json",
+            json.dumps([human("hi"), {"content": "no role here"}]),
+            ["message 1", "role"],
         ),
         (
-            "orphan.jsonl",
+            "bad-role.jsonl",
             "\n".join(
-                json.dumps(m)
-                for m in [
-                    human("hi"),
-                    reply("ok"),
-                    {"role": "tool", "tool_call_id": "x", "content": "r"},
-                ]
+                json.dumps(m) for m in [human("hi"), reply("ok"), {"role": "robot", "content": "r"}]
             ),
-            ["line 3", "orphan tool result"],
+            ["line 3", "role"],
         ),
         (
             "bad-line.jsonl",

@@ -16,6 +16,9 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
+# Light (the standard library only), so --help stays instant.
+from contextfold.cli.files import DEFAULT_MAX_INPUT_BYTES
+
 EXIT_OK = 0
 EXIT_DOES_NOT_FIT = 1
 EXIT_BAD_INPUT = 2
@@ -146,6 +149,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=4096,
         metavar="TOKENS",
         help="the model's output reserve, with --window (default 4096)",
+    )
+    replay.add_argument(
+        "--max-bytes",
+        type=_positive_int,
+        default=DEFAULT_MAX_INPUT_BYTES,
+        metavar="BYTES",
+        help=f"refuse a conversation file larger than this (default {DEFAULT_MAX_INPUT_BYTES:,}"
+        ", 256 MiB); only regular files are read, never a FIFO, device or directory",
     )
     replay.add_argument(
         "--config",

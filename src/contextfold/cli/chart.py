@@ -6,9 +6,12 @@ about half a second to import and ``contextfold --help`` should not pay for it.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from contextfold.cli.files import write_output_file
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,8 @@ def write_size_chart(
     title: str,
     y_label: str = "input tokens per request",
 ) -> Path:
-    """Draw ``series`` with the window and compaction-trigger lines; save a PNG at ``path``."""
+    """Draw ``series`` with the window and compaction-trigger lines; save a PNG at ``path``
+    (in an existing folder)."""
     # A bare Figure renders with the Agg backend and skips pyplot: no global figure state,
     # no GUI backend probing, and a noticeably cheaper import.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -100,6 +104,7 @@ def write_size_chart(
         frameon=False,
     )
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
-    return path
+    # Rendered in memory and written by the CLI's writer, which never follows a symlink.
+    png = io.BytesIO()
+    fig.savefig(png, format="png")
+    return write_output_file(path, png.getvalue())

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
+import re
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +22,11 @@ from contextfold.cli import EXIT_BAD_INPUT, EXIT_DOES_NOT_FIT, EXIT_OK
 from contextfold.cli.chart import Series, write_size_chart
 from contextfold.cli.config import load_config_file, parse_overrides
 from contextfold.cli.demo import DemoDoesNotFit, DemoResult, DemoSettings, mount_plan, run_demo
-from contextfold.cli.readers import InputError, read_conversation
+from contextfold.cli.errors import InputError
+from contextfold.cli.files import check_output_option, display_path
+from contextfold.cli.readers import read_conversation
 from contextfold.cli.replay import ReplayError, ReplayResult, replay_messages
 from contextfold.cli.report import (
-    check_output_option,
     demo_table,
     output_folder,
     replay_heading,
@@ -33,11 +38,19 @@ from contextfold.cli.report import (
 MIN_DEMO_WINDOW = 6_000
 UNMANAGED_COLOR = "#7b1fa2"
 MANAGED_COLOR = "#1565c0"
+# A replay this long shows a progress bar (on a terminal, without --quiet); shorter ones end
+# before a bar would be worth drawing.
+PROGRESS_MIN_MESSAGES = 5_000
+# An error line longer than this is cut: a message quoting a huge value must stay one line.
+MAX_ERROR_CHARS = 1_000
 
 
 def fail(message: str, status: int = EXIT_BAD_INPUT) -> int:
     """Print one line on stderr and return the exit status."""
-    print(f"contextfold: error: {message}", file=sys.stderr)
+    line = " ".join(message.split())
+    if len(line) > MAX_ERROR_CHARS:
+        line = line[: MAX_ERROR_CHARS - 3] + "..."
+    print(f"contextfold: error: {line}", file=sys.stderr)
     return status
 
 
@@ -69,18 +82,18 @@ def run_demo_command(args: argparse.Namespace) -> int:
             EXIT_DOES_NOT_FIT,
         )
 
-    try:
-        folder = output_folder(args.out, "demo")
-    except InputError as error:
-        return fail(str(error))
     data = result.to_dict() | {
         "mount_plans": {
             "unmanaged": mount_plan(settings, managed=False),
             "managed": mount_plan(settings, managed=True),
         }
     }
-    json_path = write_json(folder / "demo.json", data)
-    chart_path = None if args.no_chart else _demo_chart(result, folder / "requests.png")
+    try:
+        folder = output_folder(args.out, "demo")
+        json_path = write_json(folder / "demo.json", data)
+        chart_path = None if args.no_chart else _demo_chart(result, folder / "requests.png")
+    except InputError as error:
+        return fail(str(error))
 
     console.print(demo_table(result))
     console.print(_demo_verdict(result))
@@ -172,44 +185,52 @@ def _demo_verdict(result: DemoResult) -> str:
 
 
 def run_replay_command(args: argparse.Namespace) -> int:
+    source = display_path(args.file)
     try:
         check_output_option(args.out)
-        config = _replay_config(args)
-        conversation = read_conversation(args.file, args.format)
+        config, settings = _replay_config(args)
+        conversation = read_conversation(args.file, args.format, max_bytes=args.max_bytes)
         if args.window is not None and args.max_output_tokens >= args.window:
             raise InputError(
                 "--max-output-tokens",
                 f"{args.max_output_tokens} must be below --window {args.window}",
             )
-        result = replay_messages(
-            conversation.messages,
-            config,
-            args.window,
-            max_output_tokens=args.max_output_tokens,
-            places=conversation.places,
-        )
+        total = len(conversation.messages)
+        with _replay_progress(total, quiet=args.quiet) as on_progress:
+            result = replay_messages(
+                conversation.messages,
+                config,
+                args.window,
+                max_output_tokens=args.max_output_tokens,
+                places=conversation.places,
+                on_progress=on_progress,
+            )
     except InputError as error:
         return fail(str(error))
     except ReplayError as error:
-        return fail(f"{args.file}, {error}")
+        return fail(f"{source}, {error}")
     except ContextLengthError as error:
-        return fail(f"{args.file}: does not fit: {_first_line(error)}", EXIT_DOES_NOT_FIT)
+        return fail(f"{source}: does not fit: {_first_line(error)}", EXIT_DOES_NOT_FIT)
 
     try:
-        folder = output_folder(args.out, f"replay-{Path(args.file).stem}")
+        folder = output_folder(args.out, f"replay-{_folder_safe(Path(args.file).stem)}")
+        data = (
+            {
+                "source": conversation.source,
+                "format": conversation.format,
+                "effective_config": config.to_dict(),
+            }
+            | result.to_dict()
+            | {"config": settings}
+        )
+        json_path = write_json(folder / "replay.json", data)
+        chart_path = (
+            None
+            if args.no_chart
+            else _replay_chart(result, conversation.source, folder / "requests.png")
+        )
     except InputError as error:
         return fail(str(error))
-    data = {
-        "source": conversation.source,
-        "format": conversation.format,
-        "effective_config": ContextConfig.from_mapping(config).to_dict(),
-    } | result.to_dict()
-    json_path = write_json(folder / "replay.json", data)
-    chart_path = (
-        None
-        if args.no_chart
-        else _replay_chart(result, conversation.source, folder / "requests.png")
-    )
 
     console = Console(highlight=False)
     console.print(replay_heading(result, conversation.source, conversation.format))
@@ -220,23 +241,63 @@ def run_replay_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _replay_config(args: argparse.Namespace) -> dict[str, Any]:
-    """File config, then ``--set`` overrides, each validated so an error names its source."""
-    config: dict[str, Any] = {}
-    if args.config:
-        config = load_config_file(args.config)
-        try:
-            ContextConfig.from_mapping(config)
-        except ConfigError as error:
-            raise InputError(args.config, str(error)) from None
+def _folder_safe(name: str) -> str:
+    """A file's stem as part of a folder name: printable ASCII, no surprises in a shell."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "conversation"
+
+
+@contextmanager
+def _replay_progress(total: int, *, quiet: bool) -> Iterator[Callable[[int], None] | None]:
+    """A progress bar over admitted messages for a long replay, on a terminal only."""
+    console = Console(stderr=True)
+    if quiet or total < PROGRESS_MIN_MESSAGES or not console.is_terminal:
+        yield None
+        return
+    bar = Progress(
+        TextColumn("replaying"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("messages"),
+        console=console,
+        transient=True,
+    )
+    task = bar.add_task("replay", total=total)
+    with bar:
+        yield lambda admitted: bar.update(task, completed=admitted)
+
+
+def _replay_config(args: argparse.Namespace) -> tuple[ContextConfig, dict[str, Any]]:
+    """File config, then ``--set`` overrides, validated once (so a config warning prints once).
+
+    Returns the checked config and the keys as given (recorded in the JSON). When the merged
+    config is refused, the file is checked on its own to say where the bad value came from.
+    """
+    file_config: dict[str, Any] = load_config_file(args.config) if args.config else {}
     overrides = parse_overrides(args.overrides)
-    merged = config | overrides
+    merged = file_config | overrides
     try:
-        ContextConfig.from_mapping(merged)
+        return ContextConfig.from_mapping(merged), merged
     except ConfigError as error:
-        shown = " ".join(f"{key}={value!r}" for key, value in overrides.items())
-        raise InputError(f"--set {shown}".rstrip(), str(error)) from None
-    return merged
+        problem = str(error)
+    if args.config:
+        try:
+            with _config_warnings_muted():  # already printed by the check above
+                ContextConfig.from_mapping(file_config)
+        except ConfigError as error:
+            raise InputError(display_path(args.config), str(error)) from None
+    shown = " ".join(f"{key}={value!r}" for key, value in overrides.items())
+    raise InputError(f"--set {shown}".rstrip(), problem)
+
+
+@contextmanager
+def _config_warnings_muted() -> Iterator[None]:
+    logger = logging.getLogger(ContextConfig.__module__)
+    previous = logger.disabled
+    logger.disabled = True
+    try:
+        yield
+    finally:
+        logger.disabled = previous
 
 
 def _replay_chart(result: ReplayResult, source: str, path: Path) -> Path:

@@ -15,19 +15,17 @@ from typing import Any
 
 import yaml
 
-from contextfold.cli.readers import InputError
+from contextfold.cli.errors import InputError
+from contextfold.cli.files import MAX_CONFIG_BYTES, display_path, read_regular_file
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read a TOML or YAML file of module config, flat or under a ``config`` table."""
     path = Path(path)
-    source = str(path)
+    source = display_path(path)
+    raw = read_regular_file(path, MAX_CONFIG_BYTES, what="config file")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(source, "no such config file") from None
-    except OSError as exc:
-        raise InputError(source, f"cannot read the config file ({exc.strerror})") from None
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise InputError(source, "the config file is not UTF-8 text") from None
 
@@ -38,7 +36,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     else:  # no telling extension: TOML first, then YAML (a superset of JSON)
         try:
             document = tomllib.loads(text)
-        except tomllib.TOMLDecodeError:
+        except (ValueError, RecursionError):  # TOMLDecodeError is a ValueError
             document = _parse_yaml(text, source)
 
     if document is None:
@@ -55,7 +53,9 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
                 source, f"keys outside the [config] table: {', '.join(others)}; move them inside"
             )
         document = nested
-    return dict(document)
+    config = dict(document)
+    _require_text(config, source)
+    return config
 
 
 def _parse_toml(text: str, source: str) -> Any:
@@ -63,6 +63,8 @@ def _parse_toml(text: str, source: str) -> Any:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(source, f"not valid TOML: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise InputError(source, f"cannot read the TOML: {_unreadable(exc)}") from None
 
 
 def _parse_yaml(text: str, source: str) -> Any:
@@ -73,6 +75,18 @@ def _parse_yaml(text: str, source: str) -> Any:
         place = f"line {mark.line + 1}" if mark is not None else None
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise InputError(source, f"not valid YAML: {problem}", place) from None
+    except (ValueError, RecursionError) as exc:
+        raise InputError(source, f"cannot read the YAML: {_unreadable(exc)}") from None
+
+
+def _unreadable(error: ValueError | RecursionError) -> str:
+    """Why a parser gave up on a value: nesting too deep, or a number too long to convert."""
+    if isinstance(error, RecursionError):
+        return "nested too deeply"
+    if "integer string conversion" in str(error):
+        return "a number too long to read (Python refuses integers of more than 4,300 digits)"
+    lines = str(error).strip().splitlines()
+    return lines[0][:200] if lines else type(error).__name__
 
 
 def parse_overrides(pairs: Iterable[str]) -> dict[str, Any]:
@@ -88,17 +102,49 @@ def parse_overrides(pairs: Iterable[str]) -> dict[str, Any]:
         if not sep or not key:
             raise InputError("--set", f"expected key=value, got {pair!r}")
         overrides[key] = parse_scalar(text.strip())
+    _require_text(overrides, "--set")
     return overrides
+
+
+def _require_text(config: dict[str, Any], source: str) -> None:
+    """Refuse keys and string values that are not valid Unicode text.
+
+    A JSON escape such as ``"\\ud800"`` (a lone UTF-16 surrogate) parses to a Python string
+    that cannot be encoded as UTF-8: it would fail much later, when the value is written out
+    or handed to a tokenizer. Only top-level values are looked at: config values are scalars.
+    """
+    problem = "holds a lone surrogate (an unpaired \\ud800-\\udfff escape), which is not text"
+    for key, value in config.items():
+        if not _is_text(key):
+            raise InputError(source, f"the key {_escaped(key)} {problem}")
+        if isinstance(value, str) and not _is_text(value):
+            raise InputError(source, f"{key}={_escaped(value)} {problem}")
+
+
+def _is_text(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _escaped(text: str, limit: int = 80) -> str:
+    shown = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return f"'{shown if len(shown) <= limit else shown[:limit] + '...'}'"
 
 
 def parse_scalar(text: str) -> Any:
     """Parse one value the way a config file would, falling back to the bare string."""
+    # ValueError covers a malformed value and a number too long to convert (Python refuses
+    # integers of more than 4,300 digits); RecursionError, brackets nested thousands deep.
+    # Either way the text stays a string, and the config check says what is wrong with it.
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         pass
     try:
         # TOML adds what JSON lacks for config values: 1_000, inf, single-quoted strings.
         return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
+    except (ValueError, RecursionError):
         return text

@@ -10,7 +10,10 @@ Three shapes are accepted, detected by content (the extension is only a tie-brea
   also wrap the message as ``{"message": {...}}``.
 
 Every problem is raised as :class:`InputError`, which names the file, the place (line number or
-message index) and what is wrong, so the CLI can print one line instead of a traceback.
+message index) and what is wrong, so the CLI can print one line instead of a traceback. That
+includes what a hostile file can do to a JSON parser: only regular files up to a size cap are
+read (see ``files.read_regular_file``), and a number too long to convert (Python refuses
+integers of more than 4,300 digits) or nesting too deep to parse is a bad file, not a crash.
 This module checks the file's shape only. Checking the messages (fields, roles, tool results
 that answer no call) is the context manager's job, done once by ``ContextFold.add_message``;
 ``places`` lets the caller name the line or index of a message it refuses.
@@ -19,26 +22,19 @@ that answer no call) is the context manager's job, done once by ``ContextFold.ad
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contextfold.cli.errors import InputError
+from contextfold.cli.files import DEFAULT_MAX_INPUT_BYTES, display_path, read_regular_file
+
 FORMATS = ("auto", "json", "anthropic", "jsonl")
 
 # Block types that only exist in Anthropic's message shape: their presence picks the format.
 _ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
-
-
-class InputError(Exception):
-    """A file (or option) the CLI cannot use. ``str()`` is the one line shown to the user."""
-
-    def __init__(self, source: str, problem: str, place: str | None = None) -> None:
-        self.source = source
-        self.place = place
-        self.problem = problem
-        where = f"{source}, {place}" if place else source
-        super().__init__(f"{where}: {problem}")
 
 
 @dataclass(frozen=True)
@@ -51,20 +47,18 @@ class Conversation:
     places: list[str]
 
 
-def read_conversation(path: str | Path, fmt: str = "auto") -> Conversation:
-    """Read ``path`` as ``fmt`` (or detect it); messages are checked later, on admission."""
-    if fmt not in FORMATS:
-        raise InputError(str(path), f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+def read_conversation(
+    path: str | Path, fmt: str = "auto", *, max_bytes: int = DEFAULT_MAX_INPUT_BYTES
+) -> Conversation:
+    """Read ``path`` as ``fmt`` (or detect it); messages are checked later, on admission.
+
+    Only a regular file of at most ``max_bytes`` is read (a symlink to one is fine).
+    """
     path = Path(path)
-    source = str(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(source, "no such file") from None
-    except IsADirectoryError:
-        raise InputError(source, "is a directory, not a conversation file") from None
-    except OSError as exc:
-        raise InputError(source, f"cannot read the file ({exc.strerror})") from None
+    source = display_path(path)
+    if fmt not in FORMATS:
+        raise InputError(source, f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    raw = read_regular_file(path, max_bytes, what="conversation file")
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -97,9 +91,11 @@ def _detect(text: str, path: Path) -> str:
         # (or JSONL when the extension says so) so the error points at the right place.
         try:
             json.loads(first)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             return "jsonl" if path.suffix.lower() in {".jsonl", ".ndjson"} else "json"
         return "jsonl"
+    except (ValueError, RecursionError):
+        return "json"  # parsed again as JSON, which reports the problem
     if isinstance(document, dict) and isinstance(document.get("messages"), list):
         return "anthropic" if _looks_anthropic(document) else "json"
     if isinstance(document, dict) and ("role" in document or "message" in document):
@@ -119,12 +115,24 @@ def _looks_anthropic(document: Mapping[str, Any]) -> bool:
     return False
 
 
-def _parse_json(text: str, source: str) -> Any:
+def _parse_json(text: str, source: str, place: str | None = None) -> Any:
+    """``json.loads`` with every way it can fail on hostile input turned into InputError."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
+        where = place or f"line {exc.lineno}"
+        raise InputError(source, f"not valid JSON: {exc.msg} (column {exc.colno})", where) from None
+    except RecursionError:
         raise InputError(
-            source, f"not valid JSON: {exc.msg} (column {exc.colno})", f"line {exc.lineno}"
+            source, "JSON nested too deeply to read (a chat message is a few levels deep)", place
+        ) from None
+    except ValueError:
+        # The only other ValueError json raises: Python refuses to convert an integer of more
+        # than sys.get_int_max_str_digits() digits (a guard against quadratic-time parsing).
+        raise InputError(
+            source,
+            f"a number too long to read (more than {sys.get_int_max_str_digits():,} digits)",
+            place,
         ) from None
 
 
@@ -173,12 +181,7 @@ def _from_jsonl(text: str, source: str) -> tuple[list[dict[str, Any]], list[str]
         if not line.strip():
             continue
         place = f"line {number}"
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(
-                source, f"not valid JSON: {exc.msg} (column {exc.colno})", place
-            ) from None
+        value = _parse_json(line, source, place)
         # Transcript writers often wrap each message with bookkeeping: {"message": {...}, ...}.
         if (
             isinstance(value, dict)

@@ -4,7 +4,7 @@ The conversation grows one message at a time, and the context manager is called 
 orchestrator calls it: one request before each assistant message (the reply to what came
 before) and one at the end (the next turn). Each request becomes a :class:`ReplayRow`: its size
 before and after compaction, the level and rungs applied, and how much of it repeats the
-previous request byte for byte (the part a provider's prompt cache could serve).
+previous request message for message (the part a provider's prompt cache could serve).
 
 :func:`replay_messages` is the reusable core (``bench/`` imports it); the CLI wraps it with
 file reading, a table, a chart and a JSON file.
@@ -13,19 +13,19 @@ file reading, a table, a chart and a JSON file.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from amplifier_core.models import ModelInfo, ProviderInfo
 
-from contextfold import ContextFold
-from contextfold.errors import ConfigError, MessageValidationError
+from contextfold import ConfigError, ContextConfig, ContextFold, MessageValidationError
 
 # The output reserve a replayed "model" declares. Budgets follow the main contract's
 # formula (window - 0.5 * max_output_tokens - safety margin), so this only moves the budget.
 DEFAULT_MAX_OUTPUT_TOKENS = 4096
+# How often ``on_progress`` hears about admitted messages: rare enough to cost nothing.
+PROGRESS_EVERY = 1000
 
 
 class ReplayError(ValueError):
@@ -43,7 +43,7 @@ class ReplayRow:
 
     request: int  # 1-based
     history_messages: int  # messages admitted when this request was made
-    history_tokens: int  # the whole conversation so far: what an unmanaged request would send
+    history_tokens: int  # the whole conversation so far (as admitted): an unmanaged request
     tokens_before: int  # the view as it stood before this request's compaction pass
     tokens_after: int  # the view delivered
     messages_before: int
@@ -53,7 +53,7 @@ class ReplayRow:
     applied: list[str]
     budget: int
     trigger: int
-    prefix_messages: int  # leading messages byte-identical to the previous request's view
+    prefix_messages: int  # leading messages identical to the previous request's view
     prefix_tokens: int
     prefix_share: float  # prefix_tokens / tokens of this view (0 for the first request)
 
@@ -81,6 +81,10 @@ class ReplayTotals:
     history_kept: bool  # get_messages() still holds every admitted message, in order
     budget: int
     trigger: int
+    # The ingress cap's work, apart from compaction's: tool results shortened on admission
+    # (history sizes above are of the admitted messages, so the cap's saving is not in them).
+    ingress_clipped_results: int = 0
+    ingress_bytes_removed: int = 0
 
 
 @dataclass(frozen=True)
@@ -145,12 +149,13 @@ class ReplayModel:
 
 def replay_messages(
     messages: Sequence[Mapping[str, Any]],
-    config: Mapping[str, Any] | None = None,
+    config: ContextConfig | Mapping[str, Any] | None = None,
     window: int | None = None,
     *,
     max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
     places: Sequence[str] | None = None,
     on_request: Callable[[ReplayRow], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
 ) -> ReplayResult:
     """Replay ``messages`` through a fresh ``ContextFold`` (synchronous wrapper).
 
@@ -158,6 +163,8 @@ def replay_messages(
     config (``max_tokens``, else ``max_tokens_fallback``). Raises ``ConfigError`` for a bad
     config, :class:`ReplayError` for a refused message (naming ``places[i]`` or
     ``message i``) and ``ContextLengthError`` when protected content alone cannot fit.
+    ``on_request`` sees every row as it is made; ``on_progress(n)`` is told how many messages
+    have been admitted, every :data:`PROGRESS_EVERY` messages and at the end.
     Use :func:`replay_messages_async` from inside a running event loop.
     """
     return asyncio.run(
@@ -168,36 +175,42 @@ def replay_messages(
             max_output_tokens=max_output_tokens,
             places=places,
             on_request=on_request,
+            on_progress=on_progress,
         )
     )
 
 
 async def replay_messages_async(
     messages: Sequence[Mapping[str, Any]],
-    config: Mapping[str, Any] | None = None,
+    config: ContextConfig | Mapping[str, Any] | None = None,
     window: int | None = None,
     *,
     max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
     places: Sequence[str] | None = None,
     on_request: Callable[[ReplayRow], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
 ) -> ReplayResult:
-    """The replay itself; see :func:`replay_messages`."""
-    config = dict(config or {})
+    """The replay itself; see :func:`replay_messages`.
+
+    Linear in the length of the conversation: each request costs the comparison of its view
+    with the previous one (C-level list equality, which is identity for unchanged messages)
+    plus a token count of the messages that are new in the view; nothing is re-serialised or
+    recounted per request.
+    """
+    settings = config.to_dict() if isinstance(config, ContextConfig) else dict(config or {})
     model = ReplayModel(window, max_output_tokens) if window is not None else None
-    context = ContextFold(config)
-    counter = context.counter
+    context = ContextFold(config if isinstance(config, ContextConfig) else settings)
+    prefix = _PrefixTracker(context.counter.count_message)
     rows: list[ReplayRow] = []
-    previous: list[str] = []
-    history_tokens = 0
+    # What an unmanaged request would cost, grown by what each admission added to the view.
+    history = _HistorySize()
 
     async def request(history_messages: int) -> None:
-        nonlocal previous
         view = await context.get_messages_for_request(provider=model)
         report = context.last_report
-        keys = [_canonical(message) for message in view]
-        shared = _common_prefix(previous, keys)
+        history_tokens = history.update(report)
+        shared, prefix_tokens = prefix.advance(view)
         view_tokens = max(report.tokens_after, 1)
-        prefix_tokens = sum(counter.count_message(message) for message in view[:shared])
         row = ReplayRow(
             request=len(rows) + 1,
             history_messages=history_messages,
@@ -216,7 +229,6 @@ async def replay_messages_async(
             prefix_share=min(prefix_tokens / view_tokens, 1.0) if rows else 0.0,
         )
         rows.append(row)
-        previous = keys
         if on_request is not None:
             on_request(row)
 
@@ -231,26 +243,107 @@ async def replay_messages_async(
             raise ReplayError(
                 place, f"field '{error.field}': {error.problem}. {error.fix}"
             ) from None
-        except (ValueError, TypeError) as error:
+        except (ValueError, TypeError, RecursionError) as error:
             place = places[index] if places is not None else f"message {index}"
-            raise ReplayError(place, str(error)) from None
-        history_tokens += counter.count_message(message)
+            problem = "nested too deeply" if isinstance(error, RecursionError) else str(error)
+            raise ReplayError(place, problem) from None
+        if on_progress is not None and (index + 1) % PROGRESS_EVERY == 0:
+            on_progress(index + 1)
     await request(len(messages))
+    if on_progress is not None:
+        on_progress(len(messages))
 
-    history = await context.get_messages()
+    stored = await context.get_messages()
     return ReplayResult(
         rows=rows,
-        totals=_totals(rows, messages, history),
+        totals=_totals(rows, messages, stored),
         window=window,
         max_output_tokens=max_output_tokens,
-        config=config,
+        config=settings,
     )
+
+
+class _HistorySize:
+    """The size of the whole history, as context-fold counts it, at each request.
+
+    Between two requests the view only grows by the messages admitted in between, so their
+    cost is this request's ``tokens_before`` minus the previous request's ``tokens_after``.
+    The sizes are the admitted messages' (after the ingress cap), so a replay's saving is
+    what compaction did; what the cap removed is reported on its own (:class:`IngressClips`).
+    Two report fields per request: no message is counted twice.
+    """
+
+    def __init__(self) -> None:
+        self.tokens = 0
+        self._delivered: int | None = None
+
+    def update(self, report: Any) -> int:
+        grown = report.tokens_before - (self._delivered or 0)
+        self.tokens += grown
+        self._delivered = report.tokens_after
+        return self.tokens
+
+
+class _PrefixTracker:
+    """How much of each view repeats the previous one, computed incrementally.
+
+    Keeps the previous view and the running token total of its first ``i`` messages
+    (``cumulative[i]``). A request compares the new view with the previous one (list equality
+    runs in C, and an unchanged message is the same object or an equal one), reads the
+    prefix's tokens off ``cumulative`` and counts only the messages after the shared prefix:
+    on a request without compaction those are just the newly appended ones.
+    """
+
+    def __init__(self, count: Callable[[Mapping[str, Any]], int]) -> None:
+        self._count = count
+        self._previous: list[Mapping[str, Any]] = []
+        self._cumulative: list[int] = [0]
+
+    def advance(self, view: list[dict[str, Any]]) -> tuple[int, int]:
+        """``(shared messages, their tokens)`` against the previous view; then remember this one."""
+        shared = _common_prefix(self._previous, view)
+        prefix_tokens = self._cumulative[shared]
+        del self._cumulative[shared + 1 :]
+        total = prefix_tokens
+        for message in view[shared:]:
+            total += self._count(message)
+            self._cumulative.append(total)
+        self._previous = view
+        return shared, prefix_tokens
+
+
+def _common_prefix(previous: Sequence[Any], current: Sequence[Any]) -> int:
+    """Leading messages ``current`` shares with ``previous``.
+
+    The usual case, the whole previous view repeated, is one C-level list comparison (each
+    element first compared by identity); only a view that changed is walked to the first
+    difference, and compaction changes views near their start.
+    """
+    length = min(len(previous), len(current))
+    if length == 0:
+        return 0
+    head = previous if length == len(previous) else previous[:length]
+    if current[:length] == head:
+        return length
+    for index in range(length):
+        old, new = previous[index], current[index]
+        if old is not new and old != new:
+            return index
+    return length  # not reached: the lists differ somewhere before ``length``
+
+
+@dataclass(frozen=True)
+class IngressClips:
+    """Tool results the ingress cap shortened when they were admitted."""
+
+    results: int = 0
+    bytes_removed: int = 0  # UTF-8 bytes of tool text, as given minus as stored
 
 
 def _totals(
     rows: list[ReplayRow],
     messages: Sequence[Mapping[str, Any]],
-    history: Sequence[Mapping[str, Any]],
+    stored: Sequence[Mapping[str, Any]],
 ) -> ReplayTotals:
     before = sum(row.history_tokens for row in rows)
     sent = sum(row.tokens_after for row in rows)
@@ -258,6 +351,7 @@ def _totals(
     later = rows[1:]
     later_sent = sum(row.tokens_after for row in later)
     last = rows[-1]
+    clips = _ingress_clips(messages, stored)
     return ReplayTotals(
         messages=len(messages),
         requests=len(rows),
@@ -271,10 +365,52 @@ def _totals(
         saved_share=1 - sent / before if before else 0.0,
         prefix_share=sum(row.prefix_tokens for row in later) / later_sent if later_sent else 0.0,
         over_budget_requests=sum(1 for row in rows if row.over_budget),
-        history_kept=_same_history(messages, history),
+        history_kept=_same_history(messages, stored),
         budget=last.budget,
         trigger=last.trigger,
+        ingress_clipped_results=clips.results,
+        ingress_bytes_removed=clips.bytes_removed,
     )
+
+
+def _ingress_clips(
+    messages: Sequence[Mapping[str, Any]], stored: Sequence[Mapping[str, Any]]
+) -> IngressClips:
+    """Tool results stored shorter than they were given: the ingress cap's work.
+
+    Found by comparing what was given with what history holds (one pass at the end) rather
+    than by listening to ``context:tool_result_ingress_truncated``: a listener makes the
+    context build every event payload on every request, which would double a replay's time.
+    """
+    results = removed = 0
+    for given, kept in zip(messages, stored, strict=False):
+        if given is kept or not _carries_tool_output(given):
+            continue
+        shrunk = _text_bytes(given.get("content")) - _text_bytes(kept.get("content"))
+        if shrunk > 0:
+            results += 1
+            removed += shrunk
+    return IngressClips(results=results, bytes_removed=removed)
+
+
+def _carries_tool_output(message: Mapping[str, Any]) -> bool:
+    if message.get("role") == "tool":
+        return True
+    content = message.get("content")
+    return isinstance(content, list) and any(
+        isinstance(block, Mapping) and block.get("type") == "tool_result" for block in content
+    )
+
+
+def _text_bytes(value: Any) -> int:
+    """UTF-8 bytes of every string inside ``value`` (content: a string or nested blocks)."""
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "surrogatepass"))
+    if isinstance(value, Mapping):
+        return sum(_text_bytes(item) for item in value.values())
+    if isinstance(value, list | tuple):
+        return sum(_text_bytes(item) for item in value)
+    return 0
 
 
 def _same_history(
@@ -290,22 +426,10 @@ def _same_history(
     )
 
 
-def _canonical(message: Mapping[str, Any]) -> str:
-    # Key order is part of the bytes a provider sees, so it is kept (no sort_keys).
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str)
-
-
-def _common_prefix(previous: list[str], current: list[str]) -> int:
-    shared = 0
-    for old, new in zip(previous, current, strict=False):
-        if old != new:
-            break
-        shared += 1
-    return shared
-
-
 __all__ = [
+    "PROGRESS_EVERY",
     "ConfigError",
+    "IngressClips",
     "ReplayError",
     "ReplayModel",
     "ReplayResult",

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from rich import box
 from rich.table import Table
 
-from contextfold.cli.readers import InputError
+from contextfold.cli.files import check_output_option, make_output_folder, write_output_file
 
 if TYPE_CHECKING:
     from contextfold.cli.demo import DemoResult, RunSummary
@@ -20,14 +20,11 @@ if TYPE_CHECKING:
 DEFAULT_OUT_ROOT = Path("contextfold-out")
 
 
-def check_output_option(out: str | Path | None) -> None:
-    """Refuse an ``--out`` that can never be a folder before any work is done."""
-    if out is not None and Path(out).exists() and not Path(out).is_dir():
-        raise InputError("--out", f"{out} exists and is not a folder")
+def output_folder(out: str | None, prefix: str) -> Path:
+    """``out`` as given, else a fresh ``contextfold-out/<prefix>-<timestamp>`` folder.
 
-
-def output_folder(out: str | Path | None, prefix: str) -> Path:
-    """``out`` as given, else a fresh ``contextfold-out/<prefix>-<timestamp>`` folder."""
+    ``out`` must not be empty or a symlink (see ``files.check_output_option``).
+    """
     check_output_option(out)
     if out is not None:
         folder = Path(out)
@@ -39,16 +36,14 @@ def output_folder(out: str | Path | None, prefix: str) -> Path:
         while folder.exists():
             folder = DEFAULT_OUT_ROOT / f"{prefix}-{stamp}-{serial}"
             serial += 1
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError("--out", f"cannot create the folder {folder} ({exc.strerror})") from None
-    return folder
+    return make_output_folder(folder)
 
 
 def write_json(path: Path, data: Mapping[str, Any]) -> Path:
-    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return path
+    """Write ``data`` as indented JSON, never through a symlink. A string that is not valid
+    Unicode text (a lone surrogate) is written as its ``\\uXXXX`` escape, still valid JSON."""
+    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    return write_output_file(path, text.encode("utf-8", "backslashreplace"))
 
 
 # -- demo ------------------------------------------------------------------------------------

@@ -1,0 +1,212 @@
+"""Is ``contextfold replay`` linear? Time it on synthetic conversations of short messages.
+
+For each size the same conversation is run twice, side by side:
+
+- **core**: a bare ``ContextFold``: ``add_message`` for every message and
+  ``get_messages_for_request`` before every assistant message and at the end, exactly the calls
+  the replay makes and nothing else. This is the floor: the replay cannot be cheaper.
+- **replay**: ``contextfold.cli.replay.replay_messages``, which adds the per-request report row,
+  the prefix-reuse measurement and the totals.
+
+Printed per size: both times, the time per message, how the time per message grew against the
+smallest size (about 1.0x when linear, about N2/N1 when quadratic), and the replay's overhead
+over the core. Times are medians of ``--reps`` runs; nothing is asserted about wall-clock time.
+
+    uv run python bench/bench_replay.py                         # 10k, 20k, 100k, 1M messages
+    uv run python bench/bench_replay.py --sizes 10000,20000 --reps 3
+    uv run python bench/bench_replay.py --window 16000 --json bench/out/replay-speed.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from contextfold import ContextFold
+from contextfold.cli.replay import ReplayModel, replay_messages
+
+DEFAULT_SIZES = (10_000, 20_000, 100_000, 1_000_000)
+DEFAULT_MAX_OUTPUT_TOKENS = 4096
+
+
+def short_conversation(size: int) -> list[dict[str, Any]]:
+    """``size`` short messages: a system prompt, then rounds of a user question, an assistant
+    tool call, its (short) result and a short answer. Deterministic."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are terse."}]
+    turn = 0
+    while len(messages) < size:
+        call_id = f"call_{turn}"
+        messages.extend(
+            [
+                {"role": "user", "content": f"What is item {turn}?"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": call_id,
+                            "type": "function",
+                            "function": {"name": "lookup", "arguments": f'{{"item": {turn}}}'},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": call_id, "content": f"item {turn}: ok"},
+                {"role": "assistant", "content": f"Item {turn} is ok."},
+            ]
+        )
+        turn += 1
+    # Cut where a tool call has its result, so the conversation stays well formed.
+    while messages[size - 1].get("tool_calls"):
+        size -= 1
+    return messages[:size]
+
+
+async def core_only(
+    messages: list[dict[str, Any]], window: int | None, max_output_tokens: int
+) -> None:
+    """The context manager's calls a replay makes, and nothing else."""
+    context = ContextFold({})
+    model = ReplayModel(window, max_output_tokens) if window is not None else None
+    for index, message in enumerate(messages):
+        if message["role"] == "assistant" and index > 0:
+            await context.get_messages_for_request(provider=model)
+        await context.add_message(dict(message))
+    await context.get_messages_for_request(provider=model)
+    await context.get_messages()
+
+
+def timed(run: Callable[[], Any], reps: int) -> float:
+    samples = []
+    for _ in range(reps):
+        gc.collect()
+        gc.disable()  # as timeit does: the collector's pauses are not the code's cost
+        try:
+            start = time.perf_counter()
+            run()
+            samples.append(time.perf_counter() - start)
+        finally:
+            gc.enable()
+    return statistics.median(samples)
+
+
+@dataclass(frozen=True)
+class Row:
+    messages: int
+    requests: int
+    compactions: int
+    core_s: float
+    replay_s: float
+
+    @property
+    def core_us_per_message(self) -> float:
+        return self.core_s / self.messages * 1e6
+
+    @property
+    def replay_us_per_message(self) -> float:
+        return self.replay_s / self.messages * 1e6
+
+    @property
+    def overhead(self) -> float:
+        return self.replay_s / self.core_s
+
+
+def measure(size: int, window: int | None, reps: int) -> Row:
+    messages = short_conversation(size)
+    outcome: dict[str, Any] = {}
+
+    def replay() -> None:
+        outcome["result"] = replay_messages(
+            messages, {}, window, max_output_tokens=DEFAULT_MAX_OUTPUT_TOKENS
+        )
+
+    core = timed(lambda: asyncio.run(core_only(messages, window, DEFAULT_MAX_OUTPUT_TOKENS)), reps)
+    replayed = timed(replay, reps)
+    totals = outcome["result"].totals
+    return Row(len(messages), totals.requests, totals.compactions, core, replayed)
+
+
+def _seconds(value: float) -> str:
+    return f"{value * 1000:,.0f} ms" if value < 1 else f"{value:,.2f} s"
+
+
+def print_table(rows: list[Row]) -> None:
+    base = rows[0]
+    print(
+        "| messages | requests | compactions | core | per msg | replay | per msg "
+        "| replay per msg vs first size | core per msg vs first size | replay / core |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        print(
+            f"| {row.messages:,} | {row.requests:,} | {row.compactions:,} "
+            f"| {_seconds(row.core_s)} | {row.core_us_per_message:.1f} µs "
+            f"| {_seconds(row.replay_s)} | {row.replay_us_per_message:.1f} µs "
+            f"| {row.replay_us_per_message / base.replay_us_per_message:.2f}x "
+            f"| {row.core_us_per_message / base.core_us_per_message:.2f}x "
+            f"| {row.overhead:.2f}x |"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--sizes",
+        default=",".join(str(size) for size in DEFAULT_SIZES),
+        help="comma-separated conversation sizes in messages (default 10k, 20k, 100k, 1M)",
+    )
+    parser.add_argument(
+        "--window", type=int, default=None, help="model window in tokens (default: none)"
+    )
+    parser.add_argument("--reps", type=int, default=1, help="repetitions per size (median)")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+    sizes = [int(part.replace("_", "")) for part in args.sizes.split(",") if part.strip()]
+
+    print(
+        f"contextfold replay speed: Python {platform.python_version()}, "
+        f"window {args.window if args.window else 'none (budget 200,000)'}, "
+        f"median of {args.reps}",
+        flush=True,
+    )
+    # Load the tokenizer and warm the interpreter first, so the smallest size is not charged
+    # for one-time start-up and the per-message ratios compare like with like.
+    asyncio.run(core_only(short_conversation(2_000), args.window, DEFAULT_MAX_OUTPUT_TOKENS))
+    replay_messages(short_conversation(2_000), {}, args.window)
+    rows = []
+    for size in sizes:
+        row = measure(size, args.window, args.reps)
+        rows.append(row)
+        print(
+            f"  {row.messages:,} messages: core {_seconds(row.core_s)}, "
+            f"replay {_seconds(row.replay_s)}",
+            flush=True,
+        )
+    print()
+    print_table(rows)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        records = [
+            asdict(row)
+            | {
+                "core_us_per_message": row.core_us_per_message,
+                "replay_us_per_message": row.replay_us_per_message,
+                "overhead": row.overhead,
+            }
+            for row in rows
+        ]
+        args.json.write_text(json.dumps({"window": args.window, "rows": records}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
