@@ -498,3 +498,126 @@ def test_out_that_is_a_file_is_refused_before_any_work(
     assert status == EXIT_BAD_INPUT
     assert_one_line(err, "--out", "is not a folder")
     assert out == ""
+
+
+# -- sizes, prefix reuse and the ingress cap, measured linearly -------------------------------
+
+
+def test_history_sizes_do_not_depend_on_compaction() -> None:
+    # "history" is what an unmanaged request would cost: the same whether or not compaction
+    # acted, request by request.
+    messages = agent_run(16, result_chars=1500)
+    managed = replay_messages(messages, {}, 12_000)
+    unmanaged = replay_messages(messages, {"compaction_enabled": False}, None)
+    assert managed.totals.compactions > 0
+    assert [row.history_tokens for row in managed.rows] == [
+        row.history_tokens for row in unmanaged.rows
+    ]
+    assert all(row.tokens_after == row.history_tokens for row in unmanaged.rows)
+
+
+def test_an_ingress_clip_is_reported_apart_from_compaction(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # One 500 KB tool result, clipped to the 128 KiB ingress cap on admission; the budget
+    # (200,000 by default) holds everything, so compaction has nothing to do.
+    messages = [SYSTEM, human("read the log"), *tool_round(1, result_chars=500_000)]
+    messages.append(reply("done"))
+    conv = write(tmp_path / "big.json", messages)
+    status, out, err = run(capsys, str(conv), "--out", str(tmp_path / "o"), "--no-chart")
+    assert status == EXIT_OK, err
+    totals = load_json(tmp_path / "o")["totals"]
+    assert totals["compactions"] == 0
+    assert totals["ingress_clipped_results"] == 1
+    assert 500_000 - 131_072 - 1_000 < totals["ingress_bytes_removed"] <= 500_000 - 131_072
+    # The clip is not a saving of compaction: what is sent is the (clipped) history.
+    assert totals["tokens_sent_total"] == totals["history_tokens_total"]
+    assert totals["saved_share"] == 0.0
+    assert "tool results clipped at admission" in out
+    assert f"1 ({totals['ingress_bytes_removed']:,} bytes removed" in out
+    assert "±0%" in out
+
+
+def test_no_clip_is_reported_when_nothing_was_clipped() -> None:
+    result = replay_messages(agent_run(3, result_chars=400), {}, None)
+    assert result.totals.ingress_clipped_results == 0
+    assert result.totals.ingress_bytes_removed == 0
+
+
+def brute_force_prefix(previous: list[Any], current: list[Any]) -> int:
+    shared = 0
+    for old, new in zip(previous, current, strict=False):
+        if json.dumps(old) != json.dumps(new):
+            break
+        shared += 1
+    return shared
+
+
+def test_incremental_prefix_matches_a_full_recount() -> None:
+    from contextfold.cli.replay import _PrefixTracker
+
+    def count(message: dict[str, Any]) -> int:
+        return len(json.dumps(message))
+
+    base = [{"role": "user", "content": f"m{i}"} for i in range(40)]
+    views: list[list[dict[str, Any]]] = [
+        base[:5],
+        base[:9],  # appended: the same objects
+        [dict(m) for m in base[:12]],  # equal copies count as repeated
+        [base[0], *base[4:14]],  # the oldest dropped after the first message
+        [base[0], *base[4:8], {"role": "user", "content": "short"}, *base[9:16]],  # truncated
+        [base[0], *base[4:8], {"role": "user", "content": "short"}, *base[9:18]],
+        [],  # an empty view (nothing shared either way)
+        base[:3],
+        base[:2],  # a view shorter than the previous one, all of it repeated
+    ]
+    tracker = _PrefixTracker(count)
+    previous: list[dict[str, Any]] = []
+    for view in views:
+        shared, tokens = tracker.advance(view)
+        expected = brute_force_prefix(previous, view)
+        assert shared == expected
+        assert tokens == sum(count(m) for m in view[:expected])
+        previous = view
+
+
+def test_long_replay_shows_a_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
+    import os
+    import pty
+
+    from contextfold.cli.commands import PROGRESS_MIN_MESSAGES
+
+    messages = [SYSTEM]
+    while len(messages) < PROGRESS_MIN_MESSAGES + 10:
+        messages += [human(f"q{len(messages)}"), reply(f"a{len(messages)}")]
+    conv = write(tmp_path / "long.json", messages)
+
+    def stderr_on_a_terminal(*extra: str) -> tuple[int, str]:
+        leader, follower = pty.openpty()
+        command = [sys.executable, "-m", "contextfold.cli", "replay", str(conv), "--no-chart"]
+        child = subprocess.Popen(
+            [*command, "--out", str(tmp_path / "o"), *extra],
+            stdout=subprocess.DEVNULL,
+            stderr=follower,
+            env=os.environ | {"TERM": "xterm", "COLUMNS": "100"},
+        )
+        os.close(follower)
+        # Read while the child runs, so a full terminal buffer never blocks it.
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the child exited and the terminal is drained
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(leader)
+        return child.wait(timeout=120), b"".join(chunks).decode("utf-8", "replace")
+
+    status, shown = stderr_on_a_terminal()
+    assert status == EXIT_OK
+    assert "replaying" in shown and "messages" in shown
+    status, shown = stderr_on_a_terminal("--quiet")
+    assert status == EXIT_OK
+    assert "replaying" not in shown

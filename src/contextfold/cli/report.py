@@ -15,7 +15,7 @@ from contextfold.cli.files import check_output_option, make_output_folder, write
 
 if TYPE_CHECKING:
     from contextfold.cli.demo import DemoResult, RunSummary
-    from contextfold.cli.replay import ReplayResult
+    from contextfold.cli.replay import ReplayResult, ReplayTotals
 
 DEFAULT_OUT_ROOT = Path("contextfold-out")
 
@@ -168,12 +168,23 @@ def replay_totals_table(result: ReplayResult) -> Table:
             f"({_change(totals.tokens_sent_total, totals.history_tokens_total)})",
         ),
         ("prefix reused from previous request", _percent(totals.prefix_share)),
+        ("tool results clipped at admission", _ingress(totals)),
         ("requests over the budget", str(totals.over_budget_requests)),
         ("full history kept", _yes(totals.history_kept)),
     ]
     for row in rows:
         table.add_row(*row)
     return table
+
+
+def _ingress(totals: ReplayTotals) -> str:
+    """The ingress cap's work, on its own line: it is not compaction and not in "history"."""
+    if not totals.ingress_clipped_results:
+        return "0"
+    return (
+        f"{totals.ingress_clipped_results} ({totals.ingress_bytes_removed:,} bytes removed "
+        "before counting)"
+    )
 
 
 # -- formatting ------------------------------------------------------------------------------
