@@ -90,8 +90,7 @@ async def test_truncation_is_preferred_over_removal() -> None:
     total = ctx.last_report.tokens_after
     view = await ctx.get_messages_for_request(token_budget=int(total / 0.92 * 0.8) + 800)
     r = ctx.last_report
-    # Level 2: the second rung (the first, leaving out earlier thinking, had nothing to do).
-    assert r.compacted and r.applied == ["truncate_tool_results"] and r.level == 2
+    assert r.compacted and r.applied == ["truncate_tool_results"] and r.level == 1
     assert len(real(view)) == len(history)  # nothing removed
     shortened = [
         m
@@ -107,7 +106,7 @@ async def test_removal_keeps_groups_whole_and_protection_intact() -> None:
     await ctx.set_messages(history)
     view = await ctx.get_messages_for_request(token_budget=12_000)
     r = ctx.last_report
-    assert "drop_oldest" in r.applied and r.level == 4
+    assert "drop_oldest" in r.applied and r.level == 3
     assert_pairing(view)
     kept = real(view)
     assert kept[0] == SYSTEM and kept[1] == history[1]  # system + first human prompt
@@ -409,3 +408,28 @@ async def test_notice_stays_within_its_reserve_for_dense_text() -> None:
     view = await ctx.get_messages_for_request(token_budget=4_000)
     [notice] = [m for m in view if is_notice(m)]
     assert ctx.counter.count_message(notice) <= 200
+
+
+async def test_notice_verbosity_and_min_level_as_in_the_reference_module() -> None:
+    history = agent_run(40, result_chars=3000)
+    minimal, _ = make(compaction_notice_verbosity="minimal")
+    await minimal.set_messages(history)
+    view = await minimal.get_messages_for_request(token_budget=12_000)
+    [notice] = [m for m in view if is_notice(m)]
+    assert "\n" not in notice["content"] and "compacted" in notice["content"]
+    verbose, _ = make(compaction_notice_verbosity="verbose")  # read as normal
+    await verbose.set_messages(history)
+    [notice] = [
+        m for m in await verbose.get_messages_for_request(token_budget=12_000) if is_notice(m)
+    ]
+    assert "Removed, in order:" in notice["content"]
+    # A pass that only shortened tool results (level 1) gets no notice below min level 2.
+    quiet, _ = make(compaction_notice_min_level=2, protected_recent=0.1)
+    await quiet.set_messages(agent_run(12, result_chars=6000))
+    await quiet.get_messages_for_request(token_budget=1_000_000)
+    total = quiet.last_report.tokens_after
+    view = await quiet.get_messages_for_request(token_budget=int(total / 0.92 * 0.8) + 800)
+    assert quiet.last_report.level == 1 and not [m for m in view if is_notice(m)]
+    # ...while removal (level 3) does.
+    view = await quiet.get_messages_for_request(token_budget=9_000)
+    assert quiet.last_report.level == 3 and [m for m in view if is_notice(m)]

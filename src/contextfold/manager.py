@@ -295,6 +295,8 @@ class ContextFold:
                 notice_role=cfg.compaction_notice_role,
                 notice_reserve=reserve,
                 notice_enabled=cfg.compaction_notice_enabled,
+                notice_verbosity=cfg.compaction_notice_verbosity,
+                notice_min_level=cfg.compaction_notice_min_level,
             )
             after_raw = result.raw_total + result.notice_cost + request_raw
             after = math.ceil(after_raw * ratio) + overhead

@@ -20,7 +20,7 @@ class RequestReport:
     messages_after: int
     history_messages: int
     compacted: bool  # a compaction pass ran for this request
-    level: int  # 1-based rung reached by this request's pass; 0 when none ran
+    level: int  # highest level this request's pass reached (1-3, as the reference); 0 if none
     applied: list[str] = field(default_factory=list)  # rungs that changed something this pass
     budget: int = 0  # effective budget
     trigger: int = 0

@@ -20,13 +20,28 @@ LINE_CHARS = 160
 CHARS_PER_TOKEN = 3  # conservative: digest lines are dense (names, ids, numbers)
 
 
+MINIMAL_TEXT = (
+    "<context-compaction>Earlier parts of this conversation were compacted to fit the context "
+    "window: older messages and tool results may be shortened or left out.</context-compaction>"
+)
+
+
 def build_notice(
-    history: History, state: FoldState, *, truncate_chars: int, reserve_tokens: int, role: str
+    history: History,
+    state: FoldState,
+    *,
+    truncate_chars: int,
+    reserve_tokens: int,
+    role: str,
+    verbosity: str = "normal",
 ) -> dict[str, Any] | None:
     """The notice for ``state``, or None when nothing was removed or shortened (thinking
     left out of earlier turns needs no notice: the model never relies on it)."""
     if not state.removed_units and not state.shortened:
         return None
+    metadata = {"source": NOTICE_SOURCE, "compaction_notice": True}
+    if verbosity == "minimal":
+        return {"role": role, "content": MINIMAL_TEXT, "metadata": metadata}
     removed_messages = sum(len(history.units[u].entries) for u in state.removed_units)
     head = [
         "<context-compaction>",
@@ -51,7 +66,7 @@ def build_notice(
     return {
         "role": role,
         "content": "\n".join(head + tail),
-        "metadata": {"source": NOTICE_SOURCE, "compaction_notice": True},
+        "metadata": metadata,
     }
 
 

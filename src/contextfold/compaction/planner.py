@@ -28,7 +28,7 @@ class PassResult:
     notice: dict[str, Any] | None
     notice_cost: int
     changed: dict[str, int] = field(default_factory=dict)
-    level: int = 0  # 1-based position of the last rung that changed something; 0 = none
+    level: int = 0  # highest level of the rungs that changed something (see `Rung.level`)
     protection: Protection | None = None
     relaxation: Relaxation = Relaxation.NONE  # how far soft protection yielded
 
@@ -61,6 +61,8 @@ def run_pass(
     notice_role: str = "user",
     notice_reserve: int = 800,
     notice_enabled: bool = True,
+    notice_verbosity: str = "normal",
+    notice_min_level: int = 0,
     ladder: Sequence[Rung] = DEFAULT_LADDER,
 ) -> PassResult:
     """Compact a copy of ``sticky`` toward ``target_raw`` raw tokens, protection permitting.
@@ -125,6 +127,7 @@ def run_pass(
         work.protection = protect()
         work.limit_raw = goal_raw
         level = max(level, _run_ladder(work, ladder, goal_raw, goal_raw, protect))
+    state.level = max(state.level, level)
     room = max(0, budget_raw - work.raw_total)
     notice, notice_cost = _fitted_notice(
         history,
@@ -133,7 +136,8 @@ def run_pass(
         truncate_chars,
         min(notice_reserve, room),
         notice_role,
-        notice_enabled,
+        notice_enabled and state.level >= notice_min_level,
+        notice_verbosity,
     )
     return PassResult(
         state=state,
@@ -164,7 +168,7 @@ def _run_ladder(
             before = sum(work.changed.values())
             rung.apply(work, target_raw)
             if sum(work.changed.values()) > before:
-                level = max(level, position)
+                level = max(level, getattr(rung, "level", position))
         # The recent window is a fraction of the view, so once the view has shrunk the same
         # rule protects fewer messages: what consecutive requests would reach one pass at a
         # time. Go on to that fixed point while the view is still over the limit.
@@ -191,6 +195,7 @@ def _fitted_notice(
     limit: int,
     role: str,
     enabled: bool,
+    verbosity: str = "normal",
 ) -> tuple[dict[str, Any] | None, int]:
     """The notice and its cost, shrunk until the real count fits ``limit`` tokens.
 
@@ -204,7 +209,12 @@ def _fitted_notice(
     allowance = limit
     while True:
         notice = build_notice(
-            history, state, truncate_chars=truncate_chars, reserve_tokens=allowance, role=role
+            history,
+            state,
+            truncate_chars=truncate_chars,
+            reserve_tokens=allowance,
+            role=role,
+            verbosity=verbosity,
         )
         if notice is None:
             return None, 0

@@ -20,7 +20,12 @@ from .working import WorkingView
 
 
 class Rung(Protocol):
+    """One step of the ladder. ``level`` is the compaction level it reports (the reference
+    module's numbering: 1 truncate tool results, 2 truncate long text, 3 drop oldest; 0 for
+    a nearly lossless step below them)."""
+
     name: str
+    level: int
 
     def apply(self, work: WorkingView, target_raw: int) -> None:
         """Change the working view, oldest first, until ``work.raw_total <= target_raw``."""
@@ -35,6 +40,7 @@ class StripEarlierThinking:
     """
 
     name = "strip_thinking"
+    level = 0
 
     def apply(self, work: WorkingView, target_raw: int) -> None:
         for index, entry in enumerate(work.history.entries):
@@ -59,6 +65,7 @@ class TruncateToolResults:
     """Shorten old tool results to their first ``truncate_chars`` characters."""
 
     name = "truncate_tool_results"
+    level = 1
 
     def apply(self, work: WorkingView, target_raw: int) -> None:
         _shorten_where(work, target_raw, self.name, kinds=(Kind.TOOL_RESULT,), tool=True)
@@ -68,6 +75,7 @@ class TruncateLongText:
     """Shorten long old assistant replies and non-human user messages (never a human prompt)."""
 
     name = "truncate_long_text"
+    level = 2
 
     def apply(self, work: WorkingView, target_raw: int) -> None:
         _shorten_where(work, target_raw, self.name, kinds=(Kind.ASSISTANT, Kind.USER), tool=False)
@@ -83,6 +91,7 @@ class DropOldest:
     """
 
     name = "drop_oldest"
+    level = 3
 
     def apply(self, work: WorkingView, target_raw: int) -> None:
         removed = work.state.removed_units

@@ -25,6 +25,7 @@ class FoldState:
     stripped: set[int] = field(default_factory=set)  # earlier thinking left out
     shortened: set[int] = field(default_factory=set)  # text cut to its head
     rungs_used: dict[str, int] = field(default_factory=dict)  # rung name -> messages changed
+    level: int = 0  # highest compaction level the view has been through (for the notice)
 
     def copy(self) -> FoldState:
         return FoldState(
@@ -33,6 +34,7 @@ class FoldState:
             set(self.stripped),
             set(self.shortened),
             dict(self.rungs_used),
+            self.level,
         )
 
     @property
