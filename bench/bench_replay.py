@@ -6,15 +6,17 @@ For each size the same conversation is run twice, side by side:
   ``get_messages_for_request`` before every assistant message and at the end, exactly the calls
   the replay makes and nothing else. This is the floor: the replay cannot be cheaper.
 - **replay**: ``contextfold.cli.replay.replay_messages``, which adds the per-request report row,
-  the prefix-reuse measurement and the totals.
+  the prefix-reuse measurement and the totals. Its context manager is the real ``ContextFold``
+  with a stopwatch around each call, so the replay's **own** time (total minus the time spent
+  inside the context manager) is measured in the same run, not estimated by subtraction.
 
-Printed per size: both times, the time per message, how the time per message grew against the
-smallest size (about 1.0x when linear, about N2/N1 when quadratic), and the replay's overhead
-over the core. Times are medians of ``--reps`` runs; nothing is asserted about wall-clock time.
+Printed per size: the times, the replay's own time per message, and how each per-message cost
+grew against the smallest size (about 1.0x when linear, about N2/N1 when quadratic). Times are
+medians of ``--reps`` runs; nothing is asserted about wall-clock time.
 
     uv run python bench/bench_replay.py                         # 10k, 20k, 100k, 1M messages
     uv run python bench/bench_replay.py --sizes 10000,20000 --reps 3
-    uv run python bench/bench_replay.py --window 16000 --json bench/out/replay-speed.json
+    uv run python bench/bench_replay.py --window 8000 --json bench/out/replay-speed.json
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import contextfold.cli.replay as replay_module
 from contextfold import ContextFold
 from contextfold.cli.replay import ReplayModel, replay_messages
 
@@ -85,7 +88,34 @@ async def core_only(
     await context.get_messages()
 
 
-def timed(run: Callable[[], Any], reps: int) -> float:
+class TimedContextFold(ContextFold):
+    """The real context manager, with a stopwatch around the calls a replay makes."""
+
+    elapsed = 0.0  # seconds inside the context manager, for the run in progress
+
+    async def add_message(self, message: dict[str, Any]) -> None:
+        start = time.perf_counter()
+        try:
+            await super().add_message(message)
+        finally:
+            TimedContextFold.elapsed += time.perf_counter() - start
+
+    async def get_messages_for_request(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        start = time.perf_counter()
+        try:
+            return await super().get_messages_for_request(*args, **kwargs)
+        finally:
+            TimedContextFold.elapsed += time.perf_counter() - start
+
+    async def get_messages(self) -> list[dict[str, Any]]:
+        start = time.perf_counter()
+        try:
+            return await super().get_messages()
+        finally:
+            TimedContextFold.elapsed += time.perf_counter() - start
+
+
+def timed(run: Callable[[], Any], reps: int) -> list[float]:
     samples = []
     for _ in range(reps):
         gc.collect()
@@ -96,7 +126,7 @@ def timed(run: Callable[[], Any], reps: int) -> float:
             samples.append(time.perf_counter() - start)
         finally:
             gc.enable()
-    return statistics.median(samples)
+    return samples
 
 
 @dataclass(frozen=True)
@@ -104,35 +134,47 @@ class Row:
     messages: int
     requests: int
     compactions: int
-    core_s: float
-    replay_s: float
+    core_s: float  # the bare context manager, run alone
+    replay_s: float  # the whole replay
+    replay_own_s: float  # the replay minus the time inside its context manager
 
     @property
     def core_us_per_message(self) -> float:
         return self.core_s / self.messages * 1e6
 
     @property
-    def replay_us_per_message(self) -> float:
-        return self.replay_s / self.messages * 1e6
-
-    @property
-    def overhead(self) -> float:
-        return self.replay_s / self.core_s
+    def own_us_per_message(self) -> float:
+        return self.replay_own_s / self.messages * 1e6
 
 
 def measure(size: int, window: int | None, reps: int) -> Row:
     messages = short_conversation(size)
     outcome: dict[str, Any] = {}
+    inside: list[float] = []
 
     def replay() -> None:
-        outcome["result"] = replay_messages(
-            messages, {}, window, max_output_tokens=DEFAULT_MAX_OUTPUT_TOKENS
-        )
+        TimedContextFold.elapsed = 0.0
+        replay_module.ContextFold = TimedContextFold  # type: ignore[misc]
+        try:
+            outcome["result"] = replay_messages(
+                messages, {}, window, max_output_tokens=DEFAULT_MAX_OUTPUT_TOKENS
+            )
+        finally:
+            replay_module.ContextFold = ContextFold  # type: ignore[misc]
+        inside.append(TimedContextFold.elapsed)
 
     core = timed(lambda: asyncio.run(core_only(messages, window, DEFAULT_MAX_OUTPUT_TOKENS)), reps)
     replayed = timed(replay, reps)
+    own = [total - core_part for total, core_part in zip(replayed, inside, strict=True)]
     totals = outcome["result"].totals
-    return Row(len(messages), totals.requests, totals.compactions, core, replayed)
+    return Row(
+        len(messages),
+        totals.requests,
+        totals.compactions,
+        statistics.median(core),
+        statistics.median(replayed),
+        statistics.median(own),
+    )
 
 
 def _seconds(value: float) -> str:
@@ -142,18 +184,18 @@ def _seconds(value: float) -> str:
 def print_table(rows: list[Row]) -> None:
     base = rows[0]
     print(
-        "| messages | requests | compactions | core | per msg | replay | per msg "
-        "| replay per msg vs first size | core per msg vs first size | replay / core |"
+        "| messages | requests | compactions | core alone | per msg | replay | replay's own "
+        "| own per msg | own per msg vs first | core per msg vs first |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         print(
             f"| {row.messages:,} | {row.requests:,} | {row.compactions:,} "
             f"| {_seconds(row.core_s)} | {row.core_us_per_message:.1f} µs "
-            f"| {_seconds(row.replay_s)} | {row.replay_us_per_message:.1f} µs "
-            f"| {row.replay_us_per_message / base.replay_us_per_message:.2f}x "
-            f"| {row.core_us_per_message / base.core_us_per_message:.2f}x "
-            f"| {row.overhead:.2f}x |"
+            f"| {_seconds(row.replay_s)} | {_seconds(row.replay_own_s)} "
+            f"| {row.own_us_per_message:.1f} µs "
+            f"| {row.own_us_per_message / base.own_us_per_message:.2f}x "
+            f"| {row.core_us_per_message / base.core_us_per_message:.2f}x |"
         )
 
 
@@ -187,8 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         row = measure(size, args.window, args.reps)
         rows.append(row)
         print(
-            f"  {row.messages:,} messages: core {_seconds(row.core_s)}, "
-            f"replay {_seconds(row.replay_s)}",
+            f"  {row.messages:,} messages: core alone {_seconds(row.core_s)}, "
+            f"replay {_seconds(row.replay_s)} (its own work {_seconds(row.replay_own_s)})",
             flush=True,
         )
     print()
@@ -199,8 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             asdict(row)
             | {
                 "core_us_per_message": row.core_us_per_message,
-                "replay_us_per_message": row.replay_us_per_message,
-                "overhead": row.overhead,
+                "own_us_per_message": row.own_us_per_message,
             }
             for row in rows
         ]

@@ -108,10 +108,20 @@ class RunSummary:
         return sum(p.tokens for p in self.points if not p.rejected)
 
     @property
+    def cache_read_tokens(self) -> int:
+        """Input tokens of served requests that the provider read from its prompt cache."""
+        return sum(p.cache_read_tokens for p in self.points if not p.rejected)
+
+    @property
+    def uncached_tokens(self) -> int:
+        """Input tokens processed afresh: what a prompt cache could not serve. Billed in
+        full, where cache reads cost a fraction, so this is the figure to compare."""
+        return self.tokens_sent - self.cache_read_tokens
+
+    @property
     def cache_share(self) -> float:
         sent = self.tokens_sent
-        reads = sum(p.cache_read_tokens for p in self.points if not p.rejected)
-        return reads / sent if sent else 0.0
+        return self.cache_read_tokens / sent if sent else 0.0
 
     @property
     def history_kept(self) -> bool:
@@ -126,6 +136,8 @@ class RunSummary:
             "requests": self.requests,
             "largest_request": self.largest_request,
             "tokens_sent": self.tokens_sent,
+            "cache_read_tokens": self.cache_read_tokens,
+            "uncached_tokens": self.uncached_tokens,
             "cache_share": round(self.cache_share, 4),
             "history_kept": self.history_kept,
             "overflowed": self.overflowed,
