@@ -247,3 +247,31 @@ def test_version_through_python_dash_m_without_heavy_imports() -> None:
         check=False,
     )
     assert probe.stdout.strip() == "[]", probe.stderr
+
+
+def test_help_states_the_window_the_default_task_really_needs(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from contextfold.cli import DEMO_WINDOW_FOR_DEFAULT_RESULTS, MIN_DEMO_WINDOW
+
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert f"Below {MIN_DEMO_WINDOW} is refused" in help_text
+    assert f"the task needs about {DEMO_WINDOW_FOR_DEFAULT_RESULTS}" in help_text
+    # The number is the truth for the default task: it runs at that window, and a window a
+    # little smaller cannot fit it (if compaction improves, lower the stated number).
+    status, _, err = run_main(
+        "demo", "--window", str(DEMO_WINDOW_FOR_DEFAULT_RESULTS), "--out", str(tmp_path), "--quiet"
+    )
+    assert status == EXIT_OK, err
+    status, _, err = run_main(
+        "demo",
+        "--window",
+        str(DEMO_WINDOW_FOR_DEFAULT_RESULTS - 200),
+        "--out",
+        str(tmp_path / "smaller"),
+        "--quiet",
+    )
+    assert status == EXIT_DOES_NOT_FIT, "the stated minimum is no longer tight; update it"
+    assert "cannot fit" in err

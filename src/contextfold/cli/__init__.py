@@ -23,6 +23,13 @@ EXIT_OK = 0
 EXIT_DOES_NOT_FIT = 1
 EXIT_BAD_INPUT = 2
 
+# The demo refuses (exit 2) a window below MIN_DEMO_WINDOW: under it no --result-chars fits
+# beside the 4,096-token safety margin and half the reply reserve. With the default
+# --result-chars the task needs about DEMO_WINDOW_FOR_DEFAULT_RESULTS (measured: 7,745 works,
+# 7,701 does not); a window between the two exits 1 ("cannot fit"). test_cli_demo checks both.
+MIN_DEMO_WINDOW = 6_000
+DEMO_WINDOW_FOR_DEFAULT_RESULTS = 7_800
+
 _DESCRIPTION = """\
 contextfold keeps an agent's whole conversation and, before every model call, hands the
 provider a fitted view inside an honest token budget. Try 'contextfold demo'."""
@@ -96,7 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         default=16_000,
         metavar="TOKENS",
-        help="the model's context window in tokens (default 16000; at least 6000)",
+        help=f"the model's context window in tokens (default 16000). Below {MIN_DEMO_WINDOW} is "
+        f"refused; with the default --result-chars the task needs about "
+        f"{DEMO_WINDOW_FOR_DEFAULT_RESULTS}, more with larger results; a window the task "
+        "cannot fit exits 1",
     )
     demo.add_argument(
         "--steps",
@@ -207,4 +217,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_DOES_NOT_FIT", "EXIT_OK", "build_parser", "main"]
+__all__ = [
+    "DEMO_WINDOW_FOR_DEFAULT_RESULTS",
+    "EXIT_BAD_INPUT",
+    "EXIT_DOES_NOT_FIT",
+    "EXIT_OK",
+    "MIN_DEMO_WINDOW",
+    "build_parser",
+    "main",
+]

@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from contextfold import ConfigError, ContextConfig
 from contextfold.amplifier.doc_tool import MIN_RESULT_CHARS
-from contextfold.cli import EXIT_BAD_INPUT, EXIT_DOES_NOT_FIT, EXIT_OK
+from contextfold.cli import EXIT_BAD_INPUT, EXIT_DOES_NOT_FIT, EXIT_OK, MIN_DEMO_WINDOW
 from contextfold.cli.chart import Series, write_size_chart
 from contextfold.cli.config import load_config_file, parse_overrides
 from contextfold.cli.demo import DemoDoesNotFit, DemoResult, DemoSettings, mount_plan, run_demo
@@ -35,7 +35,6 @@ from contextfold.cli.report import (
     write_json,
 )
 
-MIN_DEMO_WINDOW = 6_000
 UNMANAGED_COLOR = "#7b1fa2"
 MANAGED_COLOR = "#1565c0"
 # A replay this long shows a progress bar (on a terminal, without --quiet); shorter ones end
