@@ -124,14 +124,10 @@ def test_on_request_sees_every_row() -> None:
 @pytest.mark.parametrize(
     ("name", "fmt", "extra"),
     [
+        # The commands the README gives for each shipped example: each one compacts.
         ("agent-session.json", "json", ["--window", "16000"]),
-        # Five large results are all protected by default in this short example; with two
-        # protected, the older ones are shortened (a pass that cannot shrink is not taken).
-        (
-            "anthropic-request.json",
-            "anthropic",
-            ["--window", "16000", "--set", "protected_tool_results=2"],
-        ),
+        ("anthropic-request.json", "anthropic", ["--window", "12000"]),
+        ("transcript.jsonl", "jsonl", ["--window", "12000"]),
         ("transcript.jsonl", "jsonl", ["--config", str(EXAMPLES / "fold.toml")]),
     ],
 )
@@ -621,3 +617,34 @@ def test_long_replay_shows_a_progress_bar_on_a_terminal_only(tmp_path: Path) -> 
     status, shown = stderr_on_a_terminal("--quiet")
     assert status == EXIT_OK
     assert "replaying" not in shown
+
+
+def test_readme_replay_example_is_what_the_command_prints(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The README shows the example's output in full; it must be today's output.
+
+    When compaction changes, refresh the block with the command the README names (run from
+    the repository root; the three file paths at the end carry a timestamp and are not
+    compared).
+    """
+    root = EXAMPLES.parent
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    command = "uv run contextfold replay examples/agent-session.json --window 16000"
+    after = readme.index(f"(`{command}`):")
+    start = readme.index("```\n", after) + len("```\n")
+    shown = readme[start : readme.index("```", start)].splitlines()
+
+    monkeypatch.chdir(root)  # the heading names the file as given, relative to the root
+    monkeypatch.setenv("COLUMNS", "80")
+    status, out, err = run(
+        capsys, "examples/agent-session.json", "--window", "16000", "--out", str(tmp_path)
+    )
+    assert status == EXIT_OK, err
+    printed = [line.rstrip() for line in out.splitlines()]
+
+    def without_paths(lines: list[str]) -> list[str]:
+        # The file paths come last (and a long one wraps): compare everything before them.
+        return lines[: next(i for i, line in enumerate(lines) if line.startswith("numbers:"))]
+
+    assert without_paths(printed) == without_paths(shown)
