@@ -41,10 +41,22 @@ def detached(value: Any) -> Any:
 
     Dicts and lists are copied at every level; strings, numbers and None are immutable and
     shared, which keeps the copy cheap (its cost is the view's structure, not its text).
+    Containers are copied at C speed and only nested containers are visited.
     """
     kind = type(value)
     if kind is dict:
-        return {key: detached(item) for key, item in value.items()}
+        out = value.copy()
+        for key, item in out.items():
+            nested = type(item)
+            if nested is dict or nested is list:
+                out[key] = detached(item)
+        return out
     if kind is list:
-        return [detached(item) for item in value]
+        out_list = value.copy()
+        for index, item in enumerate(out_list):
+            nested = type(item)
+            if nested is dict or nested is list:
+                out_list[index] = detached(item)
+        return out_list
     return value
+
