@@ -275,3 +275,17 @@ def test_help_states_the_window_the_default_task_really_needs(
     )
     assert status == EXIT_DOES_NOT_FIT, "the stated minimum is no longer tight; update it"
     assert "cannot fit" in err
+
+
+@pytest.mark.parametrize("kind", ["empty", "symlink"])
+def test_an_empty_or_symlinked_out_is_refused_before_running(tmp_path: Path, kind: str) -> None:
+    if kind == "empty":
+        out = ""
+    else:
+        (tmp_path / "real").mkdir()
+        (tmp_path / "link").symlink_to(tmp_path / "real")
+        out = str(tmp_path / "link")
+    status, printed, err = run_main("demo", "--out", out, "--quiet")
+    assert status == EXIT_BAD_INPUT
+    assert err.startswith("contextfold: error: --out: ") and err.count("\n") == 1
+    assert printed == ""
