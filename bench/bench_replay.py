@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import gc
 import json
+import math
 import platform
 import statistics
 import sys
@@ -177,6 +178,16 @@ def measure(size: int, window: int | None, reps: int) -> Row:
     )
 
 
+def extrapolate(rows: list[Row], size: int) -> float | None:
+    """The core-alone time at ``size``, from the growth between the last two sizes measured
+    (a power law: exponent 1 when linear, 2 when quadratic); None before two sizes ran."""
+    if len(rows) < 2:
+        return None
+    first, last = rows[-2], rows[-1]
+    exponent = math.log(last.core_s / first.core_s) / math.log(last.messages / first.messages)
+    return last.core_s * (size / last.messages) ** max(exponent, 1.0)
+
+
 def _seconds(value: float) -> str:
     return f"{value * 1000:,.0f} ms" if value < 1 else f"{value:,.2f} s"
 
@@ -210,6 +221,12 @@ def main(argv: list[str] | None = None) -> int:
         "--window", type=int, default=None, help="model window in tokens (default: none)"
     )
     parser.add_argument("--reps", type=int, default=1, help="repetitions per size (median)")
+    parser.add_argument(
+        "--cap",
+        type=float,
+        default=900.0,
+        help="skip a size whose core-alone time extrapolates above this many seconds (default 900)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     sizes = [int(part.replace("_", "")) for part in args.sizes.split(",") if part.strip()]
@@ -224,8 +241,17 @@ def main(argv: list[str] | None = None) -> int:
     # for one-time start-up and the per-message ratios compare like with like.
     asyncio.run(core_only(short_conversation(2_000), args.window, DEFAULT_MAX_OUTPUT_TOKENS))
     replay_messages(short_conversation(2_000), {}, args.window)
-    rows = []
+    rows: list[Row] = []
     for size in sizes:
+        estimate = extrapolate(rows, size)
+        if estimate is not None and estimate > args.cap:
+            print(
+                f"  {size:,} messages: skipped; the context manager alone would take about "
+                f"{_seconds(estimate)} (extrapolated from the sizes above), over --cap "
+                f"{args.cap:,.0f} s",
+                flush=True,
+            )
+            continue
         row = measure(size, args.window, args.reps)
         rows.append(row)
         print(

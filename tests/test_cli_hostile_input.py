@@ -147,18 +147,18 @@ def test_json_that_breaks_the_parser_is_one_line(
     assert_refused(replay(str(path), "--out", str(tmp_path / "o")), name, *fragments)
 
 
-def test_a_message_nested_deep_enough_to_parse_is_refused_on_admission(tmp_path: Path) -> None:
-    # 900 levels parse, but walking them may not: the refusal names the message either way.
+def test_a_message_nested_too_deep_to_walk_is_a_refused_message() -> None:
+    # JSON this deep cannot come from a file (the parser stops first, as above), but
+    # replay_messages also takes messages from Python: a RecursionError while admitting one
+    # is that message's problem, reported with its place like any refused message.
+    from contextfold.cli.replay import ReplayError, replay_messages
+
     deep: object = "x"
-    for _ in range(900):
+    for _ in range(5_000):
         deep = {"k": deep}
-    path = tmp_path / "deep.json"
-    path.write_text(json.dumps([human("hi"), {"role": "user", "content": [deep]}]))
-    done = replay(str(path), "--out", str(tmp_path / "o"), "--no-chart")
-    assert done.returncode in {EXIT_OK, EXIT_BAD_INPUT}, done.stderr
-    assert "Traceback" not in done.stderr
-    if done.returncode == EXIT_BAD_INPUT:
-        assert_refused(done, "message 1")
+    with pytest.raises(ReplayError) as caught:
+        replay_messages([human("hi"), {"role": "user", "content": [deep]}], {}, None)
+    assert caught.value.place == "message 1"
 
 
 def test_a_file_name_that_is_not_utf8_is_replayed_and_shown_escaped(
