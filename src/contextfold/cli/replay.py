@@ -19,7 +19,13 @@ from typing import Any
 
 from amplifier_core.models import ModelInfo, ProviderInfo
 
-from contextfold import ConfigError, ContextConfig, ContextFold, MessageValidationError
+from contextfold import (
+    ConfigError,
+    ContextConfig,
+    ContextFold,
+    MessageValidationError,
+    RequestReport,
+)
 
 # The output reserve a replayed "model" declares. Budgets follow the main contract's
 # formula (window - 0.5 * max_output_tokens - safety margin), so this only moves the budget.
@@ -192,10 +198,12 @@ async def replay_messages_async(
 ) -> ReplayResult:
     """The replay itself; see :func:`replay_messages`.
 
-    Linear in the length of the conversation: each request costs the comparison of its view
-    with the previous one (C-level list equality, which is identity for unchanged messages)
-    plus a token count of the messages that are new in the view; nothing is re-serialised or
-    recounted per request.
+    Its own cost per request is one comparison of the view with the previous one (C-level
+    list equality, a pointer check for an unchanged message: the order of the context
+    manager's own copy of the view) plus a token count of the messages new in the view.
+    Nothing is re-serialised, and a message is counted again only when compaction changed
+    the view before it. The history's size comes from the reports, so no message admitted
+    is counted twice either.
     """
     settings = config.to_dict() if isinstance(config, ContextConfig) else dict(config or {})
     model = ReplayModel(window, max_output_tokens) if window is not None else None
@@ -208,6 +216,7 @@ async def replay_messages_async(
     async def request(history_messages: int) -> None:
         view = await context.get_messages_for_request(provider=model)
         report = context.last_report
+        assert report is not None  # every delivered view sets it
         history_tokens = history.update(report)
         shared, prefix_tokens = prefix.advance(view)
         view_tokens = max(report.tokens_after, 1)
@@ -277,7 +286,7 @@ class _HistorySize:
         self.tokens = 0
         self._delivered: int | None = None
 
-    def update(self, report: Any) -> int:
+    def update(self, report: RequestReport) -> int:
         grown = report.tokens_before - (self._delivered or 0)
         self.tokens += grown
         self._delivered = report.tokens_after
