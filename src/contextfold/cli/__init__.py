@@ -183,7 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_output_options(replay, "replay-<file>-<timestamp>")
     replay.add_argument(
-        "-q", "--quiet", action="store_true", help="print the totals only, not every request"
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="print the totals only, not every request, and no progress bar",
     )
     return parser
 
@@ -192,7 +195,8 @@ def _add_output_options(parser: argparse.ArgumentParser, folder: str) -> None:
     parser.add_argument(
         "--out",
         metavar="DIR",
-        help=f"folder for the chart and JSON (default ./contextfold-out/{folder}/)",
+        help=f"folder for the chart and JSON (default ./contextfold-out/{folder}/); not empty "
+        "and not a symlink, and no file in it is written through a symlink",
     )
     parser.add_argument("--no-chart", action="store_true", help="do not draw the PNG chart")
 
