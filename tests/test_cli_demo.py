@@ -77,8 +77,11 @@ def test_both_runs_are_real_amplifier_sessions(numbers: dict[str, Any]) -> None:
         assert provider["module"] == "provider-scripted"
         assert provider["config"]["enforce_window"] is (name == "managed")
         assert plan["tools"][0]["module"] == "tool-doc-lookup"
-    assert plans["unmanaged"]["context"]["config"] == {"compaction_enabled": False}
-    assert plans["managed"]["context"]["config"] == {}
+    assert plans["unmanaged"]["context"]["config"] == {
+        "report_events": "every_request",
+        "compaction_enabled": False,
+    }
+    assert plans["managed"]["context"]["config"] == {"report_events": "every_request"}
 
 
 def test_managed_run_stays_inside_the_window_and_unmanaged_does_not(

@@ -21,6 +21,10 @@ logger = logging.getLogger(__name__)
 
 TOKEN_METER_MODES = ("estimate", "actual")
 NOTICE_ROLES = ("user", "system")
+# When context:report fires: for requests that changed something (a pass ran, the budget
+# moved), or for every delivered view. Mounted in the kernel an emit costs about 0.1 ms, as
+# much as the whole steady request, so per-request reports are opt-in.
+REPORT_EVENT_MODES = ("changes", "every_request")
 # The reference module's notice verbosities; its "verbose" renders what "normal" does here.
 NOTICE_VERBOSITIES = ("normal", "minimal")
 NOTICE_VERBOSITY_ALIASES = {"verbose": "normal"}
@@ -60,6 +64,8 @@ class ContextConfig:
     token_meter: str = "estimate"
     token_counter: str = "calibrated"
     token_model: str | None = None
+    # Events.
+    report_events: str = "changes"
 
     def __post_init__(self) -> None:
         _check_optional_positive_int("max_tokens", self.max_tokens)
@@ -91,6 +97,11 @@ class ContextConfig:
             raise ConfigError(
                 f"compaction_notice_role={shown(self.compaction_notice_role)} is not one of "
                 f"{', '.join(NOTICE_ROLES)}."
+            )
+        if not _is_str(self.report_events) or self.report_events not in REPORT_EVENT_MODES:
+            raise ConfigError(
+                f"report_events={shown(self.report_events)} is not one of "
+                f"{', '.join(REPORT_EVENT_MODES)} (default 'changes')."
             )
         verbosity = self.compaction_notice_verbosity
         if _is_str(verbosity) and verbosity in NOTICE_VERBOSITY_ALIASES:

@@ -454,12 +454,14 @@ class ContextFold:
         events: list[tuple[str, dict[str, Any]]] = []
         if not self._events.connected:
             return view, events  # nobody listens: build no payloads on the hot path
-        if decision != self._last_budget:
+        budget_changed = decision != self._last_budget
+        if budget_changed:
             self._last_budget = decision
             events.append((BUDGET, decision.to_event()))
         if result is not None:
             events.append((COMPACTION, compaction_event(report, result.changed, self.config)))
-        events.append((REPORT, report.to_dict()))
+        if budget_changed or result is not None or self.config.report_events == "every_request":
+            events.append((REPORT, report.to_dict()))
         return view, events
 
     async def _emit_admission(self, clips: list[IngressClip], repairs: list[Repair]) -> None:

@@ -169,7 +169,12 @@ def mount_plan(settings: DemoSettings, *, managed: bool) -> dict[str, Any]:
             # guards against a runaway loop.
             "config": {"system_prompt": SYSTEM_PROMPT, "max_iterations": settings.steps + 10}
         },
-        "context": {"config": {} if managed else {"compaction_enabled": False}},
+        # The demo charts every request, so it asks for a report on each.
+        "context": {
+            "config": {"report_events": "every_request"}
+            if managed
+            else {"report_events": "every_request", "compaction_enabled": False}
+        },
         "providers": [
             {
                 "module": "provider-scripted",
