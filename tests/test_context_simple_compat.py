@@ -535,6 +535,10 @@ async def test_an_impossible_requirement_fails_closed_and_leaves_history_whole()
     with pytest.raises(ContextLengthError):
         await context.get_messages_for_request_retaining(retain_contents=[huge])
     assert huge in contents(await context.get_messages())
+    # Once the withdrawn reminder is no longer the newest message, it is compactable again
+    # and a feasible requirement recovers normally.
+    for i in range(30):
+        await context.add_message({"role": "assistant", "content": f"Later work {i} " + "x" * 200})
     view = await context.get_messages_for_request_retaining(retain_contents=[body])
     assert body in contents(view)
     assert context.last_report is not None and context.last_report.tokens_after <= 1_800
