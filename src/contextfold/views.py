@@ -59,4 +59,3 @@ def detached(value: Any) -> Any:
                 out_list[index] = detached(item)
         return out_list
     return value
-
