@@ -28,6 +28,16 @@ Shapes of real providers, so a whole session can meet what production meets:
 * ``strict_sequence: true`` (default false): each request is checked the way real providers
   check it (see :class:`SequenceChecker`) and refused with a non-retryable
   ``InvalidRequestError`` on a sequence fault; every request's check is kept on its record.
+
+Summary requests are answered offline too. A request is one when its ``metadata`` has
+``{"contextfold": {"purpose": "summary"}}`` (what ``contextfold.summaries``'
+``amplifier_summarizer`` sends) or its first system message starts with
+``SUMMARY_REQUEST_MARKER`` (the first line of the default summary prompt). The answer is the
+deterministic extractive digest of the transcript in its user message
+(:func:`contextfold.summaries.digest.digest_transcript`), within the request's
+``max_output_tokens``. It is measured like any request (a record with ``purpose="summary"``,
+usage on ``llm:response`` with ``"purpose": "summary"``), does not consume a script step, and
+has its own prompt-cache lane, as a real provider caches each distinct prefix apart.
 """
 
 from __future__ import annotations
@@ -53,6 +63,8 @@ from amplifier_core.message_models import (
 )
 from amplifier_core.models import ModelInfo, ProviderInfo
 
+from contextfold.summaries.digest import digest_transcript
+from contextfold.summaries.summarizer import SUMMARY_METADATA_KEY, SUMMARY_REQUEST_MARKER
 from contextfold.tokens import ExactCounter, TokenCounter
 
 logger = logging.getLogger(__name__)
@@ -110,6 +122,7 @@ class RequestRecord:
     overflowed: bool
     rejected: bool = False
     sequence: SequenceCheck | None = None  # what strict_sequence checked (None when off)
+    purpose: str = "chat"  # "summary" for a summary request (see the module docstring)
 
     @property
     def request_tokens(self) -> int:
@@ -549,6 +562,7 @@ class ScriptedProvider:
         self._cursor = 0
         self._call_serial = 0
         self._cache = _CachePrefix()
+        self._summary_cache = _CachePrefix()
         self.emitted: list[EmittedReply] = []
         self._checker = SequenceChecker(
             check_thinking=self.config.reply_shape == "anthropic-thinking"
@@ -596,6 +610,8 @@ class ScriptedProvider:
         # Metadata is bookkeeping for the context manager; a real provider never sends it.
         messages = [m.model_dump(exclude_none=True, exclude={"metadata"}) for m in request.messages]
         tools = [t.model_dump(exclude_none=True) for t in request.tools or []]
+        if is_summary_request(request):
+            return await self._answer_summary(request, messages)
         await self._emit(
             "llm:request",
             {
@@ -663,6 +679,75 @@ class ScriptedProvider:
             usage=Usage(**usage),
             finish_reason="tool_use" if calls else "end_turn",
             metadata={"model": self.config.model, "script_step": self._cursor - 1},
+        )
+
+    # -- summary requests ----------------------------------------------------------------
+
+    async def _answer_summary(
+        self, request: ChatRequest, messages: list[dict[str, Any]]
+    ) -> ChatResponse:
+        """Answer a summary request with the digest, measured and recorded like any request."""
+        purpose = {"purpose": "summary"}
+        await self._emit(
+            "llm:request",
+            {"provider": PROVIDER_NAME, "model": self.config.model, **purpose,
+             "message_count": len(messages), "tool_count": 0},
+        )  # fmt: skip
+        message_costs = [self.counter.count_message(m) for m in messages]
+        total = self._scaled(sum(message_costs))
+        index = len(self.records)
+        if total > self.config.window and self.config.enforce_window:
+            refused = _refused(index, total, len(messages), self.config.window, None)
+            refused.purpose = "summary"
+            self.records.append(refused)
+            raise window_exceeded_error(
+                requested=total,
+                limit=self.config.window,
+                context_window=self.config.context_window,
+                model=self.config.model,
+            )
+        # The summary prompt is a prefix of its own: measure it against the previous summary
+        # request, leaving the conversation's cache lane as it was.
+        conversation_cache, self._cache = self._cache, self._summary_cache
+        try:
+            cache_read = self._scaled(self._cached_prefix_tokens([], 0, messages, message_costs))
+        finally:
+            self._summary_cache, self._cache = self._cache, conversation_cache
+        limit = min(request.max_output_tokens or self.config.max_output_tokens,
+                    self.config.max_output_tokens)  # fmt: skip
+        transcript = "\n".join(_text_content(m) for m in messages if m.get("role") == "user")
+        answer = digest_transcript(transcript, limit, self.counter)
+        output = self._scaled(self.counter.count_text(answer)) if answer else 0
+        self.records.append(
+            RequestRecord(
+                index=index,
+                input_tokens=cache_read,
+                cache_read_tokens=cache_read,
+                cache_write_tokens=total - cache_read,
+                output_tokens=output,
+                message_count=len(messages),
+                window=self.config.window,
+                overflowed=total > self.config.window,
+                purpose="summary",
+            )
+        )
+        usage = {
+            "input_tokens": cache_read,
+            "output_tokens": output,
+            "cache_read_tokens": cache_read,
+            "cache_write_tokens": total - cache_read,
+            "total_tokens": total + output,
+        }
+        await self._emit(
+            "llm:response",
+            {"provider": PROVIDER_NAME, "model": self.config.model, **purpose,
+             "usage": usage, "status": "ok"},
+        )  # fmt: skip
+        return ChatResponse(
+            content=[TextBlock(text=answer)] if answer else [],
+            usage=Usage(**usage),
+            finish_reason="end_turn",
+            metadata={"model": self.config.model, **purpose},
         )
 
     # -- internals ---------------------------------------------------------------------
@@ -753,6 +838,19 @@ class ScriptedProvider:
             await self.hooks.emit(event, data)
         except Exception:  # observability must never break a request
             logger.warning("provider-scripted: emitting %s failed", event, exc_info=True)
+
+
+def is_summary_request(request: ChatRequest) -> bool:
+    """Whether ``request`` asks for a summary (see the module docstring for the two signals)."""
+    tag = (request.metadata or {}).get(SUMMARY_METADATA_KEY)
+    if isinstance(tag, Mapping) and tag.get("purpose") == "summary":
+        return True
+    system = next((m for m in request.messages if m.role == "system"), None)
+    return (
+        system is not None
+        and isinstance(system.content, str)
+        and system.content.startswith(SUMMARY_REQUEST_MARKER)
+    )
 
 
 def _refused(
