@@ -53,6 +53,14 @@ class ContextConfig:
     # Rungs.
     truncate_chars: int = 250
     compaction_enabled: bool = True
+    # The ladder, in order: rung names, {"name": ..., <settings>} mappings, or (library use)
+    # rung objects. Checked and frozen as a tuple by `compaction.ladder`.
+    strategies: tuple[Any, ...] = (
+        "strip_thinking",
+        "truncate_tool_results",
+        "truncate_long_text",
+        "drop_oldest",
+    )
     # The compaction notice the model reads in place of what was compacted.
     compaction_notice_enabled: bool = True
     compaction_notice_token_reserve: int = 800
@@ -86,6 +94,9 @@ class ContextConfig:
         _check_int_at_least("protected_tool_results", self.protected_tool_results, 0)
         _check_int_at_least("truncate_chars", self.truncate_chars, 0)
         _check_bool("compaction_enabled", self.compaction_enabled)
+        from .compaction.ladder import normalize_strategies  # late: it reads `shown` from here
+
+        object.__setattr__(self, "strategies", normalize_strategies(self.strategies))
         _check_bool("compaction_notice_enabled", self.compaction_notice_enabled)
         _check_int_at_least(
             "compaction_notice_token_reserve", self.compaction_notice_token_reserve, 0
@@ -211,7 +222,20 @@ class ContextConfig:
         return cls.from_mapping({**base, **settings})
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        values = asdict(self)
+        # A rung object given in library use is passed on as itself (asdict would deep-copy
+        # it, or take a dataclass rung apart into a mapping without its name).
+        values["strategies"] = tuple(
+            dict(item) if isinstance(item, Mapping) else item for item in self.strategies
+        )
+        return values
+
+    @property
+    def ladder(self) -> tuple[Any, ...]:
+        """The rungs ``strategies`` names, built with their settings (see `compaction.ladder`)."""
+        from .compaction.ladder import build_ladder
+
+        return build_ladder(self.strategies)
 
 
 def default_target_usage(compact_threshold: Any) -> Any:

@@ -8,14 +8,29 @@ is linear in the number of messages.
 The first rung leaves earlier turns' thinking out of the view: nearly lossless (providers
 ignore earlier thinking; Anthropic does not even count it) and often the largest saving in
 a run with extended thinking.
+
+Rungs with settings are frozen dataclasses that check them when built (a `ConfigError`
+naming the rung and the setting); `ladder` builds them from the ``strategies`` config.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import ClassVar, Protocol
 
 from ..messages import Kind
-from .truncate import shorten_prose, shorten_tool_result, strip_thinking, text_length
+from . import settings
+from .tool_names import result_tool_names
+from .truncate import (
+    SHAPE_HEAD,
+    SHAPES,
+    shorten_prose,
+    shorten_tool_result,
+    strip_thinking,
+    text_length,
+)
 from .working import WorkingView
 
 
@@ -32,6 +47,7 @@ class Rung(Protocol):
         ...
 
 
+@dataclass(frozen=True)
 class StripEarlierThinking:
     """Leave the thinking blocks of earlier assistant turns out of the view.
 
@@ -39,8 +55,8 @@ class StripEarlierThinking:
     a turn's thinking); the newest call group's are protected and always go back intact.
     """
 
-    name = "strip_thinking"
-    level = 0
+    name: ClassVar[str] = "strip_thinking"
+    level: ClassVar[int] = 0
 
     def apply(self, work: WorkingView, target_raw: int) -> None:
         for index, entry in enumerate(work.history.entries):
@@ -61,26 +77,86 @@ class StripEarlierThinking:
             work.state.stripped.add(index)
 
 
+@dataclass(frozen=True)
 class TruncateToolResults:
-    """Shorten old tool results to their first ``truncate_chars`` characters."""
+    """Shorten old tool results to ``chars`` characters (default: ``truncate_chars``).
 
-    name = "truncate_tool_results"
-    level = 1
+    ``shape``: ``head`` keeps the start; ``head_tail`` keeps the start and the end and says
+    how much of the middle was left out. ``exempt_tools`` are never shortened (a loaded
+    skill, a plan the agent re-reads); ``tool_chars`` gives a tool its own budget
+    (``{"read_file": 2000}``), ahead of ``chars``. A message carrying results of several
+    tools (Anthropic's shape) is exempt if any of them is, and keeps the largest budget.
+    """
+
+    chars: int | None = None
+    shape: str = SHAPE_HEAD
+    exempt_tools: frozenset[str] = frozenset()
+    tool_chars: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+
+    name: ClassVar[str] = "truncate_tool_results"
+    level: ClassVar[int] = 1
+
+    def __post_init__(self) -> None:
+        rung = self.name
+        settings.optional_int_at_least(rung, "chars", self.chars, 0)
+        settings.one_of(rung, "shape", self.shape, SHAPES)
+        exempt = settings.tool_names(rung, "exempt_tools", self.exempt_tools)
+        object.__setattr__(self, "exempt_tools", exempt)
+        budgets = settings.chars_by_tool(rung, "tool_chars", self.tool_chars)
+        object.__setattr__(self, "tool_chars", budgets)
 
     def apply(self, work: WorkingView, target_raw: int) -> None:
-        _shorten_where(work, target_raw, self.name, kinds=(Kind.TOOL_RESULT,), tool=True)
+        per_tool = bool(self.exempt_tools or self.tool_chars)
+        default_keep = work.truncate_chars if self.chars is None else self.chars
+        for index, entry in enumerate(work.history.entries):
+            if work.raw_total <= target_raw:
+                return
+            if not _may_shorten(work, index, entry.info.kind, (Kind.TOOL_RESULT,)):
+                continue
+            keep = default_keep
+            if per_tool:
+                tools = result_tool_names(work.history, index)
+                if tools & self.exempt_tools:
+                    continue
+                budgets = [self.tool_chars[t] for t in tools if t in self.tool_chars]
+                if budgets:
+                    keep = max(budgets)
+            current, current_cost = work.current(index)
+            # Shortening something already near `keep` saves nothing: skip it cheaply.
+            if text_length(current) <= keep * 2 + 200:
+                continue
+            short = shorten_tool_result(current, keep, index=index, shape=self.shape)
+            _swap_if_smaller(work, index, short, current_cost, self.name)
 
 
+@dataclass(frozen=True)
 class TruncateLongText:
-    """Shorten long old assistant replies and non-human user messages (never a human prompt)."""
+    """Shorten long old assistant replies and non-human user messages (never a human
+    prompt) to ``chars`` characters (default: ``truncate_chars``)."""
 
-    name = "truncate_long_text"
-    level = 2
+    chars: int | None = None
+
+    name: ClassVar[str] = "truncate_long_text"
+    level: ClassVar[int] = 2
+
+    def __post_init__(self) -> None:
+        settings.optional_int_at_least(self.name, "chars", self.chars, 0)
 
     def apply(self, work: WorkingView, target_raw: int) -> None:
-        _shorten_where(work, target_raw, self.name, kinds=(Kind.ASSISTANT, Kind.USER), tool=False)
+        keep = work.truncate_chars if self.chars is None else self.chars
+        for index, entry in enumerate(work.history.entries):
+            if work.raw_total <= target_raw:
+                return
+            if not _may_shorten(work, index, entry.info.kind, (Kind.ASSISTANT, Kind.USER)):
+                continue
+            current, current_cost = work.current(index)
+            if text_length(current) <= keep * 4 + 200:
+                continue
+            short = shorten_prose(current, keep, index=index)
+            _swap_if_smaller(work, index, short, current_cost, self.name)
 
 
+@dataclass(frozen=True)
 class DropOldest:
     """Remove the oldest removable units (whole tool-call groups) from the view.
 
@@ -90,8 +166,8 @@ class DropOldest:
     still miss its target.
     """
 
-    name = "drop_oldest"
-    level = 3
+    name: ClassVar[str] = "drop_oldest"
+    level: ClassVar[int] = 3
 
     def apply(self, work: WorkingView, target_raw: int) -> None:
         removed = work.state.removed_units
@@ -116,31 +192,24 @@ DEFAULT_LADDER: tuple[Rung, ...] = (
 )
 
 
-def _shorten_where(
-    work: WorkingView, target_raw: int, rung: str, *, kinds: tuple[Kind, ...], tool: bool
+def _may_shorten(work: WorkingView, index: int, kind: Kind, kinds: tuple[Kind, ...]) -> bool:
+    """A message of one of ``kinds`` that no earlier change, protection or removal holds."""
+    return not (
+        kind not in kinds
+        or index in work.state.shortened
+        or work.protection.entry_reason(index)
+        # a turn's text is edited only once its thinking is out of the view
+        or (work.history.entries[index].info.thinking and index not in work.state.stripped)
+        or work.is_removed(index)
+    )
+
+
+def _swap_if_smaller(
+    work: WorkingView, index: int, short: dict | None, current_cost: int, rung: str
 ) -> None:
-    keep = work.truncate_chars
-    # Shortening something already near `keep` saves nothing: skip it cheaply.
-    worth = keep * 2 + 200 if tool else keep * 4 + 200
-    for index, entry in enumerate(work.history.entries):
-        if work.raw_total <= target_raw:
-            return
-        if (
-            entry.info.kind not in kinds
-            or index in work.state.shortened
-            or work.protection.entry_reason(index)
-            # a turn's text is edited only once its thinking is out of the view
-            or (entry.info.thinking and index not in work.state.stripped)
-            or work.is_removed(index)
-        ):
-            continue
-        current, current_cost = work.current(index)
-        if text_length(current) <= worth:
-            continue
-        short = shorten_tool_result(current, keep) if tool else shorten_prose(current, keep)
-        if short is None:
-            continue
-        cost = work.counter.count_message(short)
-        if cost < current_cost:
-            work.replace(index, short, cost, rung)
-            work.state.shortened.add(index)
+    if short is None:
+        return
+    cost = work.counter.count_message(short)
+    if cost < current_cost:
+        work.replace(index, short, cost, rung)
+        work.state.shortened.add(index)
