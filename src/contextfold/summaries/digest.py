@@ -3,9 +3,10 @@
 It keeps, in order, each user ask and each tool call with its arguments (the facts a run most
 often needs back), and the first words of every result and reply, one line each. It is
 bounded by a token limit: when the lines do not fit, every line is cut to fewer words, level
-by level, and only past the last level are the oldest lines left out (and counted in a line
-saying so). The same text always gives the same digest, so records made from it are stable
-across runs, and a digest folded with more messages stays within the same limit.
+by level, and only past the last level are lines left out, oldest first and the user's asks
+last (a line at the top counts them). The same text always gives the same digest, so records
+made from it are stable across runs, and a digest folded with more messages stays within the
+same limit.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ _LEVELS: tuple[tuple[int, int], ...] = (
 _DETAILED = frozenset({"user", "call", "human"})
 _ENTRY = re.compile(r"^\[(\d+)\] ([^:\n]{1,80}): ?(.*)$")
 _DIGEST_LINE = re.compile(r"^- ([^:\n]{1,80}): (.*)$")
+_LEFT_OUT = re.compile(r"^(\d+) earlier points left out$")
 _ELLIPSIS = "…"
 
 
@@ -68,36 +70,55 @@ def digest_transcript(text: str, max_tokens: int, counter: TokenCounter) -> str:
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens!r}")
     entries = [(label, " ".join(body.split())) for label, body in parse_transcript(text)]
-    entries = [(label, body) for label, body in entries if body]
-    if not entries:
+    left_out = 0
+    kept_entries = []
+    for label, body in entries:
+        earlier = _LEFT_OUT.match(body) if label == "earlier" else None
+        if earlier:  # a previous digest's own count of what it left out
+            left_out += int(earlier[1])
+        elif body:
+            kept_entries.append((label, body))
+    if not kept_entries:
         return ""
     lines: list[str] = []
     for detailed, other in _LEVELS:
-        lines = [_line(label, body, detailed, other) for label, body in entries]
-        if counter.count_text("\n".join(lines)) <= max_tokens:
-            return "\n".join(lines)
-    # Even the shortest lines do not fit: leave out the oldest ones, and say how many.
-    for dropped in range(1, len(lines)):
-        kept = [f"- earlier: {dropped} earlier points left out", *lines[dropped:]]
-        if counter.count_text("\n".join(kept)) <= max_tokens:
-            return "\n".join(kept)
-    return _cut_to_tokens(lines[-1], max_tokens, counter)
+        lines = [_line(label, body, detailed, other) for label, body in kept_entries]
+        digest = _with_count(lines, left_out)
+        if counter.count_text(digest) <= max_tokens:
+            return digest
+    # Even the shortest lines do not fit: leave lines out, oldest first, the user's asks
+    # last of all (they hold the task), and say how many went.
+    asks = [i for i, (label, _) in enumerate(kept_entries) if _is_detailed(label)]
+    order = [i for i in range(len(lines)) if i not in set(asks)] + asks
+    low, high = 1, len(order)  # the fewest lines to leave out so the rest fit
+    while low < high:
+        middle = (low + high) // 2
+        if counter.count_text(_without(lines, order[:middle], left_out)) <= max_tokens:
+            high = middle
+        else:
+            low = middle + 1
+    digest = _without(lines, order[:low], left_out)
+    return digest if counter.count_text(digest) <= max_tokens else ""
+
+
+def _is_detailed(label: str) -> bool:
+    return label.split(" ")[0] in _DETAILED
+
+
+def _with_count(lines: list[str], left_out: int) -> str:
+    marker = [f"- earlier: {left_out} earlier points left out"] if left_out else []
+    return "\n".join(marker + lines)
+
+
+def _without(lines: list[str], dropped: list[int], left_out: int) -> str:
+    gone = set(dropped)
+    return _with_count(
+        [line for i, line in enumerate(lines) if i not in gone], left_out + len(gone)
+    )
 
 
 def _line(label: str, body: str, detailed: int, other: int) -> str:
-    limit = detailed if label.split(" ")[0] in _DETAILED else other
+    limit = detailed if _is_detailed(label) else other
     words = body.split(" ")
     shown = " ".join(words[:limit]) + (_ELLIPSIS if len(words) > limit else "")
     return f"- {label}: {shown}"
-
-
-def _cut_to_tokens(text: str, max_tokens: int, counter: TokenCounter) -> str:
-    """The longest start of ``text`` within ``max_tokens`` (binary search on characters)."""
-    low, high = 0, len(text)
-    while low < high:
-        middle = (low + high + 1) // 2
-        if counter.count_text(text[:middle]) <= max_tokens:
-            low = middle
-        else:
-            high = middle - 1
-    return text[:low]
