@@ -33,7 +33,15 @@ CUT_MARKER = (
 
 
 class RecallError(ValueError):
-    """A recall that cannot be answered: the message says why and what to ask instead."""
+    """A recall that cannot be answered: the message says why and what to ask instead.
+
+    ``kind`` is ``unknown_id`` (well formed, but no such message), ``malformed_id`` or
+    ``invalid_argument`` (an offset or cap out of range).
+    """
+
+    def __init__(self, message: str, kind: str = "invalid_argument") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def recall_id(index: int) -> str:
@@ -51,21 +59,24 @@ def parse_recall_id(value: Any, history_size: int) -> int:
     if not isinstance(value, str):
         raise RecallError(
             f"a recall id is a string like 'r41' (as the marker names it), got "
-            f"{type(value).__name__}"
+            f"{type(value).__name__}",
+            "malformed_id",
         )
     match = _ID_PATTERN.fullmatch(value.strip())
     if match is None:
         shown = value if len(value) <= 40 else value[:37] + "..."
         raise RecallError(
             f"{shown!r} is not a recall id: ids are 'r' followed by a message number, e.g. "
-            "'r41', exactly as a compaction marker or notice names them"
+            "'r41', exactly as a compaction marker or notice names them",
+            "malformed_id",
         )
     index = int(match.group(1))
     if index >= history_size:
         span = f"r0 to r{history_size - 1}" if history_size else "none yet"
         raise RecallError(
             f"unknown id {value.strip()!r}: the history holds {history_size} message(s) "
-            f"(ids {span})"
+            f"(ids {span})",
+            "unknown_id",
         )
     return index
 

@@ -9,15 +9,19 @@ needed, and the digest is bounded by ``compaction_notice_token_reserve``.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from ..history import History
 from ..messages import NOTICE_SOURCE, Kind
+from ..recall import recall_id
 from .working import FoldState
 
 LINE_CHARS = 160
 CHARS_PER_TOKEN = 3  # conservative: digest lines are dense (names, ids, numbers)
+# The ids at the head of a digest line: "- r12-r15: ..." or "- r7,r9: ...".
+_ID_PREFIX = re.compile(r"- (r\d+(?:[-,]r\d+)*): ")
 
 
 MINIMAL_TEXT = (
@@ -71,32 +75,51 @@ def build_notice(
 
 
 def _digest_lines(history: History, state: FoldState) -> list[str]:
+    """One line per prompt, reply, call and note removed; a unit's first line names the ids
+    of all its messages, a range for a call group (``r12-r15``), so the model can recall any
+    of them."""
     lines: list[str] = []
     for unit_index in sorted(state.removed_units):
-        for index in history.units[unit_index].entries:
+        entries = history.units[unit_index].entries
+        first = len(lines)
+        for index in entries:
             entry = history.entries[index]
             message = entry.message
             kind = entry.info.kind
             if kind is Kind.HUMAN:
-                lines.append(_clip(f'- user asked: "{_text_of(message)}"'))
+                lines.append(f'user asked: "{_text_of(message)}"')
             elif kind is Kind.ASSISTANT:
                 text = _text_of(message)
                 if text:
-                    lines.append(_clip(f'- assistant said: "{text}"'))
+                    lines.append(f'assistant said: "{text}"')
                 for call in _calls_of(message):
-                    lines.append(_clip(f"- assistant called {call}"))
+                    lines.append(f"assistant called {call}")
             elif kind is Kind.USER:
-                lines.append(_clip(f'- note: "{_text_of(message)}"'))
+                lines.append(f'note: "{_text_of(message)}"')
+        if len(lines) > first:
+            lines[first] = f"{_id_span(entries)}: {lines[first]}"
+        lines[first:] = [_clip(f"- {line}") for line in lines[first:]]
     return lines
 
 
+def _id_span(entries: list[int]) -> str:
+    """The ids of a unit's messages: ``r7``, or ``r12-r15`` when they run consecutively."""
+    low, high = min(entries), max(entries)
+    if low == high:
+        return recall_id(low)
+    if high - low + 1 == len(entries):
+        return f"{recall_id(low)}-{recall_id(high)}"
+    return ",".join(recall_id(i) for i in sorted(entries))
+
+
 def _fit_lines(lines: list[str], budget_chars: int) -> list[str]:
-    """All lines if they fit, else the first and the last ones around an elision."""
+    """All lines if they fit, else the first and the last ones around an elision (which
+    still names the ids it leaves out, as a range)."""
     if sum(len(line) + 1 for line in lines) <= budget_chars:
         return lines
     keep_head: list[str] = []
     keep_tail: list[str] = []
-    used = len(lines[0]) + 1 + 40  # the title and the elision line
+    used = len(lines[0]) + 1 + 60  # the title and the elision line
     head_i, tail_i = 1, len(lines) - 1
     take_head = True
     while head_i <= tail_i:
@@ -112,7 +135,16 @@ def _fit_lines(lines: list[str], budget_chars: int) -> list[str]:
             tail_i -= 1
         take_head = not take_head
     skipped = tail_i - head_i + 1
-    middle = [f"- ... {skipped} more item(s) ..."] if skipped > 0 else []
+    middle = []
+    if skipped > 0:
+        ids = [
+            int(number)
+            for line in lines[head_i : tail_i + 1]
+            if (prefix := _ID_PREFIX.match(line))
+            for number in re.findall(r"\d+", prefix.group(1))
+        ]
+        span = f" ({recall_id(min(ids))}-{recall_id(max(ids))})" if ids else ""
+        middle = [f"- ... {skipped} more item(s){span} ..."]
     return [lines[0], *keep_head, *middle, *reversed(keep_tail)]
 
 
