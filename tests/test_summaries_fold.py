@@ -242,8 +242,42 @@ async def test_bad_calls_are_refused() -> None:
         ({"max_input_tokens": 0}, "max_input_tokens"),
         ({"max_output_tokens": True}, "max_output_tokens"),
         ({"max_input_tokens": 400, "max_output_tokens": 300}, "leaves"),
+        ({"timeout": 0}, "timeout"),
+        ({"timeout": -1.0}, "timeout"),
     ],
 )
 def test_bad_settings_are_refused(settings: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         folder(Recording(), **settings)
+
+
+async def test_the_same_messages_at_other_history_ids_reuse_the_text_with_the_new_ids() -> None:
+    messages = session(3)
+    store = InMemorySummaryStore()
+    first = await folder(Recording(), store=store).fold(None, messages, range(len(messages)))
+    shifted = range(10, 10 + len(messages))
+    again = await folder(Recording(), store=store).fold(None, messages, shifted)
+    assert again.calls == 0 and again.record is not None and first.record is not None
+    assert again.record.text == first.record.text
+    assert again.record.history_ids == tuple(shifted)
+
+
+async def test_concurrent_folds_of_one_span_converge_on_one_record() -> None:
+    import asyncio
+
+    messages = session(6)
+    store = InMemorySummaryStore()
+    workers = [folder(Recording(), store=store) for _ in range(5)]
+    results = await asyncio.gather(
+        *(
+            w.fold(None, messages, range(len(messages)), session_id=f"w{i}")
+            for i, w in enumerate(workers)
+        )
+    )
+    finals = {r.record.covered_hash for r in results if r.record is not None}
+    assert len(finals) == 1
+    by_hash: dict[str, list[str]] = {}
+    for record in await store.records():
+        by_hash.setdefault(record.covered_hash, []).append(record.text)
+    assert all(len(texts) == 1 for texts in by_hash.values())  # one record per key
+    assert sum(len(r.written) for r in results) == len(by_hash)

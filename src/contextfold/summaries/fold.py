@@ -18,7 +18,7 @@ summarizer; the record still hashes the messages as admitted.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from contextfold.messages import Kind, inspect_message
@@ -28,6 +28,7 @@ from contextfold.summaries.summarizer import (
     DEFAULT_SUMMARY_PROMPT,
     Summarizer,
     SummaryFailure,
+    SummaryPrompt,
     summarize_span,
     summarizer_identity,
 )
@@ -74,6 +75,7 @@ class SummaryFolder:
 
     ``max_input_tokens`` bounds everything one call reads (prompt, summary so far, chunk);
     ``max_output_tokens`` bounds every summary; ``timeout`` bounds every call, in seconds.
+    ``chunk_budget`` is what is left of ``max_input_tokens`` for the rendered messages.
     """
 
     summarizer: Summarizer
@@ -82,31 +84,33 @@ class SummaryFolder:
     timeout: float | None = 60.0
     counter: TokenCounter = field(default_factory=lambda: build_counter("exact"))
     store: SummaryStore = field(default_factory=InMemorySummaryStore)
+    name: str = field(init=False)
+    prompt: SummaryPrompt = field(init=False)
+    chunk_budget: int = field(init=False)
 
     def __post_init__(self) -> None:
         for name in ("max_input_tokens", "max_output_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        timeout = self.timeout
+        if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
+            raise ValueError(
+                f"timeout must be a positive number of seconds or None, got {timeout!r}"
+            )
         self.name, prompt = summarizer_identity(self.summarizer)
         self.prompt = prompt or DEFAULT_SUMMARY_PROMPT
+        # A full-size previous summary is reserved even on the first chunk, so chunk borders
+        # depend only on the messages: the same span always splits the same way, and its
+        # records are found again.
+        reserved = self.counter.count_text(self.prompt.text) + self.max_output_tokens
+        self.chunk_budget = self.max_input_tokens - reserved - _FRAMING_ALLOWANCE
         if self.chunk_budget < _MIN_CHUNK_TOKENS:
             raise ValueError(
                 f"max_input_tokens {self.max_input_tokens} leaves {self.chunk_budget} tokens for "
                 f"messages after the prompt and a summary of max_output_tokens "
                 f"{self.max_output_tokens}; raise max_input_tokens or lower max_output_tokens"
             )
-
-    @property
-    def chunk_budget(self) -> int:
-        """Tokens of rendered messages one call may carry.
-
-        A full-size previous summary is reserved even on the first chunk, so chunk borders
-        depend only on the messages: the same span always splits the same way, and its
-        records are found again.
-        """
-        reserved = self.counter.count_text(self.prompt.text) + self.max_output_tokens
-        return self.max_input_tokens - reserved - _FRAMING_ALLOWANCE
 
     async def fold(
         self,
@@ -144,6 +148,11 @@ class SummaryFolder:
             key = covered_hash(chunk_messages, previous=current)
             found = await self.store.get(key)
             if found is not None:
+                expected = (current.history_ids if current else ()) + chunk_ids
+                if found.history_ids != expected:
+                    # The same messages at other history indexes (a transcript resumed
+                    # with a different start): the text holds, the ids must be these.
+                    found = replace(found, history_ids=expected)
                 current, reused = found, reused + 1
                 continue
             calls += 1
