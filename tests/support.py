@@ -129,3 +129,20 @@ def assert_pairing(view: Sequence[Mapping[str, Any]]) -> None:
             )
         for cid in call_ids_of(message):
             pending[cid] = i
+
+
+def unstamped(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Messages without the ``metadata.timestamp`` admission stamps them with (and without
+    a ``metadata`` left empty by that), to compare what was stored with what was given."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        message = dict(message)
+        metadata = message.get("metadata")
+        if isinstance(metadata, Mapping) and "timestamp" in metadata:
+            rest = {k: v for k, v in metadata.items() if k != "timestamp"}
+            if rest:
+                message["metadata"] = rest
+            else:
+                del message["metadata"]
+        out.append(message)
+    return out

@@ -8,7 +8,7 @@ import pytest
 
 from contextfold import ContextFold, ContextLengthError
 from contextfold.messages import NOTICE_SOURCE
-from support import SYSTEM, agent_run, assert_pairing, human, reply, tool_round
+from support import SYSTEM, agent_run, assert_pairing, human, reply, tool_round, unstamped
 
 
 def make(**settings) -> tuple[ContextFold, list]:
@@ -134,7 +134,7 @@ async def test_sticky_prefix_grows_without_recompaction() -> None:
         view = await ctx.get_messages_for_request(token_budget=12_000)
         assert_pairing(view)
         assert ctx.last_report.tokens_after <= 12_000
-    assert (await ctx.get_messages())[-1] == m  # history keeps everything
+    assert unstamped(await ctx.get_messages())[-1] == m  # history keeps everything
 
 
 async def test_notice_tells_what_was_compacted() -> None:
@@ -286,9 +286,12 @@ async def test_loaded_tool_state_and_reminders_are_kept() -> None:
     view = await ctx.get_messages_for_request(
         token_budget=10_000, required_reminders=[reminder_body]
     )
-    assert state in view and reminder in view  # restored into the sticky view
+    assert state in view and reminder in view  # restored for this request
     assert_pairing(view)
-    with pytest.raises(ContextLengthError, match="never admitted"):
+    # Per request, never a pin (as the reference module): the next request may leave it out.
+    view = await ctx.get_messages_for_request(token_budget=10_000)
+    assert state in view and reminder not in view
+    with pytest.raises(ValueError, match="not in admitted history"):
         await ctx.get_messages_for_request(token_budget=10_000, required_reminders=["<other/>"])
 
 
@@ -433,3 +436,24 @@ async def test_notice_verbosity_and_min_level_as_in_the_reference_module() -> No
     # ...while removal (level 3) does.
     view = await quiet.get_messages_for_request(token_budget=9_000)
     assert quiet.last_report.level == 3 and [m for m in view if is_notice(m)]
+
+
+async def test_a_thinking_copy_beside_the_content_leaves_with_the_blocks() -> None:
+    """loop-streaming keeps the signed block a second time as ``thinking_block``; CLI
+    transcripts carry ``thinking_text``. Leaving out earlier thinking takes those too."""
+    ctx, _ = make(protected_recent=0.0, protected_tool_results=0)
+    messages = [SYSTEM, human("task")]
+    for n in range(8):
+        assistant, result = thinking_round(n)
+        assistant["thinking_block"] = dict(THINKING)
+        assistant["thinking_text"] = THINKING["thinking"]
+        messages += [assistant, result]
+    await ctx.set_messages(messages)
+    view = await ctx.get_messages_for_request(token_budget=9_000)
+    assert "strip_thinking" in ctx.last_report.applied
+    assistants = [m for m in view if m["role"] == "assistant"]
+    assert len(assistants) > 2  # earlier turns stayed, without their thinking
+    for m in assistants[:-1]:
+        assert "thinking_block" not in m and "thinking_text" not in m
+        assert [b["type"] for b in m["content"]] == ["tool_use"]
+    assert assistants[-1] == messages[-2]  # the newest turn goes back whole

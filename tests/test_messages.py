@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from contextfold import ContextFold, Kind, MessageValidationError
-from support import SYSTEM, assert_pairing, human, tool_round
+from support import SYSTEM, assert_pairing, human, tool_round, unstamped
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ async def test_accepts_all_shapes(ctx: ContextFold) -> None:
     ]
     for m in messages:
         await ctx.add_message(m)
-    assert await ctx.get_messages() == messages
+    assert unstamped(await ctx.get_messages()) == messages
     kinds = ctx.kinds()
     assert kinds[0] is Kind.SYSTEM and kinds[1] is Kind.HUMAN
     assert kinds.count(Kind.TOOL_RESULT) == 2 + 1 + 1
@@ -154,7 +154,7 @@ async def test_bad_input_refused_and_history_unchanged(
     assert err.value.field == field
     assert words.lower() in str(err.value).lower()
     assert f"field '{field}'" in str(err.value) and "message 2" in str(err.value)
-    assert await ctx.get_messages() == before
+    assert unstamped(await ctx.get_messages()) == before
     assert await ctx.get_messages_for_request(token_budget=100_000) == view_before
     assert ctx.message_count == 2
 
@@ -177,7 +177,7 @@ async def test_sequence_faults_are_admitted_as_they_are_and_reported() -> None:
     ]
     for m in faulty:
         await ctx.add_message(m)
-    assert await ctx.get_messages() == faulty  # history is the record
+    assert unstamped(await ctx.get_messages()) == faulty  # history is the record
     kinds = [(d["kind"], d["index"]) for e, d in events if e == "context:repaired"]
     assert kinds == [
         ("orphan_result", 2),
@@ -198,7 +198,7 @@ async def test_a_message_inside_a_group_is_delivered_after_its_results(ctx: Cont
     for m in [SYSTEM, human("go"), group[0], group[1], note, group[2]]:
         await ctx.add_message(m)
     view = await ctx.get_messages_for_request(token_budget=100_000)
-    assert view == [SYSTEM, human("go"), group[0], group[1], group[2], note]
+    assert unstamped(view) == [SYSTEM, human("go"), group[0], group[1], group[2], note]
     assert_pairing(view)
 
 
@@ -247,3 +247,67 @@ async def test_clear(ctx: ContextFold) -> None:
     await ctx.clear()
     assert await ctx.get_messages() == []
     assert await ctx.get_messages_for_request(token_budget=1000) == []
+
+
+async def test_a_hook_note_between_a_call_and_its_result_is_no_unanswered_call() -> None:
+    """Found beside the real loop-basic: the note is stored before the result arrives; the
+    call is answered, so nothing may be reported as synthesized."""
+    events: list = []
+    ctx = ContextFold(token_counter="heuristic", on_event=lambda e, d: events.append((e, d)))
+    group = tool_round(1, calls=1)
+    note = {"role": "system", "content": "lint ok", "metadata": {"source": "hook"}}
+    for m in [SYSTEM, human("go"), group[0], note, group[1]]:
+        await ctx.add_message(m)
+    await ctx.get_messages_for_request(token_budget=100_000)
+    kinds = [d["kind"] for e, d in events if e == "context:repaired"]
+    assert kinds == ["inside_call_group"]
+
+
+async def test_a_stand_in_result_is_reported_once_when_a_view_carries_it() -> None:
+    events: list = []
+    ctx = ContextFold(token_counter="heuristic", on_event=lambda e, d: events.append((e, d)))
+    group = tool_round(1, calls=1)
+    # A transcript cut mid-tool, then the person's next prompt, then a request.
+    await ctx.set_messages([SYSTEM, human("go"), group[0], human("are you there?")])
+    view = await ctx.get_messages_for_request(token_budget=100_000)
+    assert_pairing(view)
+    await ctx.get_messages_for_request(token_budget=100_000)
+    unanswered = [d for e, d in events if d.get("kind") == "unanswered_call"]
+    assert [(d["index"], d["call_ids"]) for d in unanswered] == [(2, ["call_1_0"])]
+
+
+async def test_an_empty_message_inside_a_group_is_reported_once_as_left_out() -> None:
+    events: list = []
+    ctx = ContextFold(token_counter="heuristic", on_event=lambda e, d: events.append((e, d)))
+    group = tool_round(1, calls=1)
+    for m in [SYSTEM, human("go"), group[0], {"role": "user", "content": None}, group[1]]:
+        await ctx.add_message(m)
+    assert [d["kind"] for e, d in events if e == "context:repaired"] == ["empty_message"]
+
+
+async def test_an_assistant_turn_without_content_is_sent_with_empty_text() -> None:
+    """A CLI transcript drops None values, so a turn of calls only has no content key;
+    Amplifier's loops build a typed Message from every view message, which needs it."""
+    from amplifier_core.message_models import Message
+
+    ctx = ContextFold(token_counter="heuristic")
+    calls_only = {"role": "assistant", "tool_calls": [{"id": "c1", "tool": "t", "arguments": {}}]}
+    openai_style = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c2", "tool": "t", "arguments": {}}],
+    }
+    await ctx.set_messages(
+        [
+            human("go"),
+            calls_only,
+            {"role": "tool", "tool_call_id": "c1", "content": "one"},
+            openai_style,
+            {"role": "tool", "tool_call_id": "c2", "content": "two"},
+        ]
+    )
+    view = await ctx.get_messages_for_request(token_budget=100_000)
+    assert [m["content"] for m in view if m["role"] == "assistant"] == ["", ""]
+    for message in view:
+        Message(**message)  # what loop-basic and loop-streaming do with every view message
+    assert "content" not in (await ctx.get_messages())[1]  # history keeps it as it came

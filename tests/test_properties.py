@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from contextfold import ContextFold, ContextLengthError
 from contextfold.messages import NOTICE_SOURCE
 from contextfold.repair import synthetic_results
-from support import assert_pairing, call_ids_of, result_ids_of
+from support import assert_pairing, call_ids_of, result_ids_of, unstamped
 
 THINKING = {"type": "thinking", "thinking": "let me think " * 20, "signature": "c2ln"}
 
@@ -249,11 +249,11 @@ def test_growing_conversation_views_are_valid_and_prefix_stable(history, budget,
             except ContextLengthError:
                 previous = None
                 continue
-            check_view(ctx, admitted, view, budget)
+            check_view(ctx, admitted, unstamped(view), budget)
             if previous is not None and not ctx.last_report.compacted:
                 assert view[: len(previous)] == previous  # byte-stable prefix between passes
             previous = view
-        assert await ctx.get_messages() == history
+        assert unstamped(await ctx.get_messages()) == history
 
     asyncio.run(run())
 
@@ -338,7 +338,7 @@ def test_sequence_faults_are_admitted_and_every_view_is_acceptable(history, budg
             assert_pairing(view)
             for m in view:
                 assert m.get("content") is not None or m["role"] == "assistant"
-        assert await ctx.get_messages() == history
+        assert unstamped(await ctx.get_messages()) == history
         resumed = ContextFold(config)
         await resumed.set_messages(history)  # a whole faulty transcript resumes
         assert await resumed.get_messages() == history

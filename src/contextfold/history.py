@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .conventions import replaced_by_system_prompt, request_form
 from .ingress import IngressClip, cap_tool_result
 from .messages import Kind, MessageInfo, canonical_json, inspect_message, to_plain
 from .repair import (
@@ -111,6 +112,10 @@ class History:
     last_human: int | None = None
     raw_total: int = 0  # raw tokens of the whole history as an uncompacted view sends it
     repairs: list[Repair] = field(default_factory=list)
+    # Stored system prompts a system prompt factory replaces in the view (hook notes and
+    # developer messages are not among them), and their raw cost.
+    system_prompts: list[int] = field(default_factory=list)
+    system_prompt_raw: int = 0
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -152,13 +157,20 @@ class History:
         reused = tuple(call_id for call_id in info.call_ids if call_id in self.issued)
         if reused:
             repairs.append(Repair(REUSED_CALL_ID, position, reused))
-        if capped.get("content") is None and capped.get("role") != "assistant":
-            if capped.get("role") in ("tool", "function") and view is capped:
-                view = {**capped, "content": ""}  # a tool that returned nothing said so
-            elif view is capped:
+        if info.reference_only:
+            view = None  # history only: never sent, never counted (context-simple's rule)
+        elif capped.get("content") is None and view is capped:
+            if capped.get("role") in ("tool", "function", "assistant"):
+                # A tool that returned nothing, or a turn of calls only (OpenAI's content
+                # None; a CLI transcript drops the key): sent with empty text, since the
+                # loops build a typed Message that requires content.
+                view = {**capped, "content": ""}
+            else:
                 view = None
                 repairs.append(Repair(EMPTY_MESSAGE, position))
-        if pending and not matched and info.kind is not Kind.ASSISTANT:
+        if view is not None:
+            view = request_form(view)  # history-only metadata stays out of the view
+        if pending and not matched and info.kind is not Kind.ASSISTANT and view is not None:
             repairs.append(Repair(INSIDE_CALL_GROUP, position, tuple(pending)))
         cost = self.counter.count_message(view) if view is not None else 0
         return Admission(
@@ -211,6 +223,9 @@ class History:
                 self.first_human = index
             self.last_human = index
         entry = Entry(admission.message, info, admission.cost, unit_index, admission.view)
+        if admission.view is not None and replaced_by_system_prompt(admission.message):
+            self.system_prompts.append(index)
+            self.system_prompt_raw += admission.cost
         self.entries.append(entry)
         self.raw_total += delta
         self.repairs.extend(repairs)
@@ -235,6 +250,12 @@ class History:
         group = self.units[unit_index]
         follows = group.closed or unit_index != len(self.units) - 1
         wanted = tuple(group.pending) if follows else ()
+        if group.closed:
+            # Reported once the fault is a fact: a later turn came and the calls never got
+            # their results. While the group is still open its results may yet arrive (a
+            # hook note between a call and its result is the common case), so a stand-in
+            # in the view is reported when a view actually carries it (`provisional_repairs`).
+            repairs.extend(self._unreported_calls(unit_index, wanted))
         if wanted == group.synthetic_ids:
             return 0
         before = group.synthetic_cost
@@ -242,16 +263,28 @@ class History:
         group.synthetic = synthetic_results(assistant, wanted) if wanted else []
         group.synthetic_ids = wanted
         group.synthetic_cost = sum(self.counter.count_message(m) for m in group.synthetic)
+        return group.synthetic_cost - before
+
+    def provisional_repairs(self) -> list[Repair]:
+        """Repairs a view about to be delivered carries for the open group (its unanswered
+        calls answered by stand-ins because something follows it), not reported before."""
+        if self.open_unit is None:
+            return []
+        group = self.units[self.open_unit]
+        found = self._unreported_calls(self.open_unit, group.synthetic_ids)
+        self.repairs.extend(found)
+        return found
+
+    def _unreported_calls(self, unit_index: int, call_ids: tuple[str, ...]) -> list[Repair]:
+        start = self.units[unit_index].start
         reported = {
             call_id
-            for r in self.repairs + repairs
-            if r.kind == UNANSWERED_CALL and r.index == group.start
+            for r in self.repairs
+            if r.kind == UNANSWERED_CALL and r.index == start
             for call_id in r.call_ids
         }
-        new = tuple(call_id for call_id in wanted if call_id not in reported)
-        if new:
-            repairs.append(Repair(UNANSWERED_CALL, group.start, new))
-        return group.synthetic_cost - before
+        new = tuple(call_id for call_id in call_ids if call_id not in reported)
+        return [Repair(UNANSWERED_CALL, start, new)] if new else []
 
     # -- reading -----------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .budget import BudgetDecision, derive_budget
@@ -19,7 +20,14 @@ from .compaction.floor import floor_error
 from .compaction.planner import PassResult, assemble_view, run_pass
 from .compaction.working import FoldState
 from .config import ContextConfig
-from .errors import context_length_error
+from .conventions import (
+    SystemPromptFactory,
+    missing_retained_body_message,
+    normalize_retain_contents,
+    resolve_system_prompt,
+    stamp_timestamp,
+    system_prompt_message,
+)
 from .events import (
     BUDGET,
     CALIBRATION,
@@ -38,6 +46,16 @@ from .repair import Repair
 from .report import RequestReport, compaction_event
 from .tokens import CalibratedCounter, TokenCounter, build_counter
 from .views import detached
+
+
+@dataclass(frozen=True, slots=True)
+class _SystemPrompt:
+    """A system prompt factory's text for one request, and how it changes the view."""
+
+    message: dict[str, Any]
+    raw_change: int  # its raw cost less that of the stored system messages it replaces
+    hidden: set[int]  # ids of the stored system messages' view dicts it replaces
+
 
 # The notice's reserve is at most this share of the budget: a small window must not spend
 # most of itself telling the model what it no longer sees.
@@ -73,6 +91,8 @@ class ContextFold:
         self._model: str | None = self.config.token_model
         self._last_budget: BudgetDecision | None = None
         self._refit_cap: int | None = None
+        self._system_prompt_factory: SystemPromptFactory | None = None
+        self._system_prompt_cost: tuple[str, int] | None = None  # last text and its raw cost
         self.last_report: RequestReport | None = None
         self.token_meter_stats: MeterStats | None = None
         self._reset_history(History(self.counter, self.config.max_tool_result_bytes))
@@ -108,6 +128,9 @@ class ContextFold:
     async def add_message(self, message: dict[str, Any]) -> None:
         """Validate, cap and admit one message. Raises `MessageValidationError` (a
         ValueError) naming the field on bad input, leaving history exactly as it was."""
+        # Stamped as the reference module stamps it (the CLI replays sessions by these); a
+        # new dict when stamped, so the caller's is never touched.
+        message = stamp_timestamp(message)
         async with self._lock:
             admission = self._history.prepare(message)
             appended = self._history.append(admission)
@@ -136,6 +159,9 @@ class ContextFold:
         bodies that must reach the model complete. Raises amplifier-core's
         `ContextLengthError` when the protected content alone cannot fit.
         """
+        # Re-read every request (AGENTS.md and @mentions change); a failing factory fails
+        # the request before anything is planned.
+        system_prompt = await resolve_system_prompt(self._system_prompt_factory)
         decision = await derive_budget(self.config, token_budget=token_budget, provider=provider)
         async with self._lock:
             if hard_fit and token_budget is not None:
@@ -143,10 +169,45 @@ class ContextFold:
                 # estimate of the window. Keep the refit budget as a cap on later requests.
                 self._refit_cap = min(token_budget, self._refit_cap or token_budget)
             decision = decision.with_refit_cap(self._refit_cap)
-            view, events = self._plan_request(decision, hard_fit, required_reminders)
+            view, events = self._plan_request(
+                decision, hard_fit, required_reminders, self._system_prompt_view(system_prompt)
+            )
         for event, data in events:
             await self._events.emit(event, data)
         return view
+
+    async def get_messages_for_request_retaining(
+        self,
+        *,
+        retain_contents: Iterable[str],
+        provider: Any | None = None,
+        token_budget: int | None = None,
+        hard_fit: bool = False,
+    ) -> list[dict[str, Any]]:
+        """The reference module's request path with retention: ``retain_contents`` names
+        persisted reminder bodies (exact ``content`` of user messages with metadata
+        ``ephemeral=True, persisted=True``) this request must carry complete; the newest
+        admitted copy of each is kept. Per request, never a pin. A body never admitted is
+        a ValueError; one that cannot fit is a `ContextLengthError`, nothing committed."""
+        return await self.get_messages_for_request(
+            token_budget,
+            provider,
+            hard_fit=hard_fit,
+            required_reminders=normalize_retain_contents(retain_contents),
+        )
+
+    async def set_system_prompt_factory(self, factory: SystemPromptFactory | None) -> None:
+        """Have every request start with the text ``factory()`` returns (sync or async),
+        read afresh each time, in place of the stored system messages (hook notes stay).
+        Amplifier's foundation calls this so AGENTS.md and @mentions never go stale. The
+        text is counted and never compacted; it is not stored in history. ``None`` unsets."""
+        if factory is not None and not callable(factory):
+            raise TypeError(
+                f"set_system_prompt_factory takes a callable returning the system prompt "
+                f"text, or None; got {type(factory).__name__}"
+            )
+        async with self._lock:
+            self._system_prompt_factory = factory
 
     async def get_messages(self) -> list[dict[str, Any]]:
         """The whole history exactly as admitted (copies: editing them changes nothing)."""
@@ -218,8 +279,28 @@ class ContextFold:
             return getattr(config, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
+    def _system_prompt_view(self, text: str | None) -> _SystemPrompt | None:
+        """The factory's message and what it changes in the view's raw size."""
+        if text is None:
+            return None
+        if self._system_prompt_cost is None or self._system_prompt_cost[0] != text:
+            self._system_prompt_cost = (
+                text,
+                self.counter.count_message(system_prompt_message(text)),
+            )
+        hidden = {id(self._history.entries[i].view) for i in self._history.system_prompts}
+        return _SystemPrompt(
+            message=system_prompt_message(text),
+            raw_change=self._system_prompt_cost[1] - self._history.system_prompt_raw,
+            hidden=hidden,
+        )
+
     def _plan_request(
-        self, decision: BudgetDecision, hard_fit: bool, required_reminders: Sequence[str]
+        self,
+        decision: BudgetDecision,
+        hard_fit: bool,
+        required_reminders: Sequence[str],
+        system_prompt: _SystemPrompt | None = None,
     ) -> tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
         cfg = self.config
         model = decision.model or self._model
@@ -229,8 +310,11 @@ class ContextFold:
         if self._view_stale:
             self._view = assemble_view(history, self._state, self._notice)
             self._view_stale = False
-        # Tokens every request costs beyond its messages (reply priming), in raw units.
+        # Tokens every request costs beyond its kept messages, in raw units: reply priming,
+        # and a system prompt factory's text in place of the stored system messages.
         request_raw = self.counter.request_overhead
+        if system_prompt is not None:
+            request_raw += system_prompt.raw_change
         before_raw = self._view_raw + self._notice_cost + request_raw
         estimate = math.ceil(before_raw * ratio)
         messages_before = len(self._view)
@@ -248,7 +332,7 @@ class ContextFold:
                 target=budget,
                 hard_fit=hard_fit,
             )
-            return self._deliver(before_raw, decision, report, None)
+            return self._deliver(self._view, before_raw, decision, report, None, system_prompt)
 
         reserve = self._notice_reserve(budget)
         usable = max(0, budget - reserve)
@@ -273,6 +357,7 @@ class ContextFold:
         # each time: wait for the hard limit instead (still inside the budget).
         fires_at = usable if self._missed_target_at is not None and not hard_fit else trigger
         result: PassResult | None = None
+        delivered, delivered_raw = self._view, before_raw
         # Never deliver a view over the budget by either figure: an under-reporting meter
         # (one usage shape read as another) must not let the estimate overflow.
         over_budget = max(measured, estimate) > budget
@@ -309,7 +394,13 @@ class ContextFold:
                 or result.state.truncated.keys() != self._state.truncated.keys()
                 or result.notice_cost != self._notice_cost
             )
-            if changed and (after_raw < before_raw or restore or over_budget):
+            if restore:
+                # Retention is per request, never a pin: this request carries the reminder
+                # the sticky view had compacted, and the sticky view stays as it was, so
+                # the next request without it does not keep it.
+                delivered = assemble_view(history, result.state, result.notice)
+                delivered_raw = after_raw
+            elif changed and (after_raw < before_raw or over_budget):
                 self._commit(result)
                 messages_after = math.ceil(result.raw_total * ratio) + overhead
                 self._missed_target_at = None if messages_after <= target else messages_after
@@ -317,7 +408,10 @@ class ContextFold:
                 # Nothing new to commit, or a pass that would make the request bigger (a
                 # notice costing more than it saved) on a view that fits as it stands.
                 result = None
-            after_estimate = math.ceil((self._view_raw + self._notice_cost + request_raw) * ratio)
+            if not restore:
+                delivered = self._view
+                delivered_raw = self._view_raw + self._notice_cost + request_raw
+            after_estimate = math.ceil(delivered_raw * ratio)
         else:
             after_estimate = estimate
 
@@ -326,7 +420,7 @@ class ContextFold:
             estimate,
             after_estimate,
             messages_before,
-            len(self._view),
+            len(delivered),
             ratio=ratio,
             trigger=trigger,
             target=target,
@@ -344,9 +438,7 @@ class ContextFold:
             drift=self._drift(),
             ratio=ratio,
         )
-        return self._deliver(
-            self._view_raw + self._notice_cost + request_raw, decision, report, result
-        )
+        return self._deliver(delivered, delivered_raw, decision, report, result, system_prompt)
 
     def _notice_reserve(self, budget: int) -> int:
         """Tokens set aside for the notice: the configured reserve, at most a tenth of the
@@ -377,13 +469,11 @@ class ContextFold:
         for body in bodies:
             index = self._reminders.get(body)
             if index is None:
-                raise context_length_error(
-                    "context-fold: a required reminder body was never admitted as a persisted "
-                    "ephemeral user message (metadata ephemeral=True, persisted=True), so it "
-                    f"cannot be delivered: {body[:80]!r}. Add it to the context first.",
-                    required_tokens=0,
-                    budget=decision.effective_budget,
-                    model=decision.model,
+                # The reference's error: naming a body that is not there is the caller's
+                # mistake (a ValueError), not an overflow.
+                raise ValueError(
+                    f"context-fold: {missing_retained_body_message(body)}. Add it to the "
+                    "context first."
                 )
             found.append(index)
         return found
@@ -437,10 +527,12 @@ class ContextFold:
 
     def _deliver(
         self,
+        messages: list[dict[str, Any]],
         view_raw: int,
         decision: BudgetDecision,
         report: RequestReport,
         result: PassResult | None,
+        system_prompt: _SystemPrompt | None = None,
     ) -> tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
         """The view to hand out, and the events to emit once the lock is released.
 
@@ -448,10 +540,17 @@ class ContextFold:
         marking a block for prompt caching or editing a message in place can never reach
         history or the sticky view.
         """
-        view = [detached(message) for message in self._view]
+        if system_prompt is None:
+            view = [detached(message) for message in messages]
+        else:
+            hidden = system_prompt.hidden
+            view = [dict(system_prompt.message)]
+            view.extend(detached(m) for m in messages if id(m) not in hidden)
         self._last_delivered_raw = view_raw
         self.last_report = report
-        events: list[tuple[str, dict[str, Any]]] = []
+        events: list[tuple[str, dict[str, Any]]] = [
+            (REPAIRED, repair.to_event()) for repair in self._history.provisional_repairs()
+        ]
         if not self._events.connected:
             return view, events  # nobody listens: build no payloads on the hot path
         budget_changed = decision != self._last_budget

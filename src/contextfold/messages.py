@@ -22,12 +22,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from . import conventions
 from .errors import MessageValidationError
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
 # A user-role message is a human prompt unless its metadata says it came from elsewhere:
-# hook injections, reminders and our own notices are user-role but not human input.
+# hook injections, reminders and our own notices are user-role but not human input
+# (see `conventions.is_human_prompt`).
 HUMAN_SOURCES = frozenset({"user", "human", "cli", "prompt", "repl", "api"})
 NOTICE_SOURCE = "context-fold"
 
@@ -53,6 +55,7 @@ class MessageInfo:
     thinking: bool  # carries thinking or redacted_thinking blocks (strippable from old turns)
     loaded_tool_state: bool  # metadata records loaded-tool state: never compacted
     reminder: bool  # an ephemeral+persisted user-role reminder envelope
+    reference_only: bool = False  # metadata.amplifier_public_reference_only: history only
 
 
 def _fail(problem: str, field: str, fix: str, index: int | None) -> MessageValidationError:
@@ -219,49 +222,48 @@ def inspect_message(message: Any, *, index: int | None) -> MessageInfo:
     call_ids = _collect_call_ids(role, message, blocks, index)
     result_ids = _collect_result_ids(role, message, blocks, index)
     thinking_types = [b.get("type") for b in blocks if b.get("type") in THINKING_TYPES]
+    side_block = message.get("thinking_block")
     signed_thinking = any(
         (b.get("type") == "thinking" and b.get("signature")) or b.get("type") == "redacted_thinking"
         for b in blocks
-    )
-    loaded_tool_state = bool(metadata.get("loaded_tools")) or (
-        metadata.get("kind") == "loaded_tool_state"
-    )
-    reminder = (
-        role == "user" and metadata.get("ephemeral") is True and bool(metadata.get("persisted"))
+    ) or (isinstance(side_block, Mapping) and bool(side_block.get("signature")))
+    loaded_tool_state = (
+        bool(metadata.get("loaded_tools"))
+        or metadata.get("kind") == "loaded_tool_state"
+        or conventions.carries_loaded_tool_state(message)
     )
     return MessageInfo(
-        kind=_classify(role, result_ids, metadata, reminder),
+        kind=_classify(role, result_ids, message),
         call_ids=call_ids,
         result_ids=result_ids,
         signed_thinking=signed_thinking,
-        thinking=bool(thinking_types) and role == "assistant",
+        thinking=role == "assistant"
+        and (bool(thinking_types) or any(key in message for key in THINKING_KEYS)),
         loaded_tool_state=loaded_tool_state,
-        reminder=reminder,
+        reminder=conventions.is_persisted_reminder(message),
+        reference_only=conventions.is_reference_only(message),
     )
 
 
 THINKING_TYPES = ("thinking", "redacted_thinking")
+# Copies of a turn's thinking kept beside its content: Amplifier's loops store the signed
+# block as ``thinking_block``; its CLI transcripts turn that into ``thinking_text``.
+THINKING_KEYS = ("thinking_block", "thinking_text")
 
 
-def _classify(
-    role: str, result_ids: tuple[str, ...], metadata: Mapping[str, Any], reminder: bool
-) -> Kind:
-    source = metadata.get("source")
+def _classify(role: str, result_ids: tuple[str, ...], message: Mapping[str, Any]) -> Kind:
     if role in ("system", "developer"):
         # A hook's injection is context for the model, not the system prompt: it may be
         # compacted like any note (the kernel stores one per tool:post on some setups).
-        return Kind.USER if source == "hook" else Kind.SYSTEM
+        return Kind.USER if conventions.is_hook_injection(message) else Kind.SYSTEM
     if role in ("tool", "function") or result_ids:
         return Kind.TOOL_RESULT
     if role == "assistant":
         return Kind.ASSISTANT
-    human = (
-        not reminder
-        and not metadata.get("ephemeral")
-        and not metadata.get("compaction_notice")
-        and (source is None or str(source).lower() in HUMAN_SOURCES)
-    )
-    return Kind.HUMAN if human else Kind.USER
+    # The reference's rule: by metadata and envelope, not by role (hook injections,
+    # reminders, ephemeral notes, history-only rows and <system-reminder> envelopes are
+    # user-role but not a person's words).
+    return Kind.HUMAN if conventions.is_human_prompt(message) else Kind.USER
 
 
 def _check_content(role: str, content: Any, index: int | None) -> list[Mapping[str, Any]]:

@@ -26,6 +26,22 @@ REQUEST_RETENTION_SPEC = {"required_reminders": True, "hard_fit": True, "module"
 # The llm:response meter is registered as the reference module registers its own: named
 # "<module id>-meter", at priority 50 (lower runs first).
 METER_HOOK_NAME = f"{MODULE_ID}-meter"
+
+
+class RequestRetention(dict[str, Any]):
+    """The ``context.request_retention`` capability: callable as the reference module's
+    (``await capability(retain_contents=[...], provider=..., hard_fit=...)`` returns the
+    view, through ``get_messages_for_request_retaining``), and readable as a spec of what
+    ``get_messages_for_request`` accepts (``required_reminders``, ``hard_fit``)."""
+
+    def __init__(self, context: ContextFold) -> None:
+        super().__init__(REQUEST_RETENTION_SPEC)
+        self._context = context
+
+    async def __call__(self, **kwargs: Any) -> list[dict[str, Any]]:
+        return await self._context.get_messages_for_request_retaining(**kwargs)
+
+
 METER_PRIORITY = 50
 
 
@@ -62,7 +78,7 @@ async def mount(
     register_capability = getattr(coordinator, "register_capability", None)
     if callable(register_capability):
         try:
-            register_capability(REQUEST_RETENTION, dict(REQUEST_RETENTION_SPEC))
+            register_capability(REQUEST_RETENTION, RequestRetention(context))
         except Exception:
             logger.debug("context-fold: could not register %s", REQUEST_RETENTION, exc_info=True)
     register_contributor = getattr(coordinator, "register_contributor", None)

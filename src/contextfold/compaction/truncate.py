@@ -17,7 +17,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..messages import THINKING_TYPES
+from ..messages import THINKING_KEYS, THINKING_TYPES
 from ..recall import recall_hint
 
 SHAPE_HEAD = "head"
@@ -188,19 +188,24 @@ def _shorten_result_blocks(
 
 
 def strip_thinking(message: Mapping[str, Any]) -> dict[str, Any] | None:
-    """A copy of an assistant message without its thinking blocks, or None if it has none.
+    """A copy of an assistant message without its thinking, or None if it has none.
 
     Every thinking and redacted_thinking block goes: a message's thinking is returned whole
-    or not at all, never partly (Anthropic's rule).
+    or not at all, never partly (Anthropic's rule). Amplifier's loops may also keep a copy
+    beside the blocks (``thinking_block``; ``thinking_text`` in CLI transcripts): those go
+    too, or the rung would leave the bulk of it in the view.
     """
     content = message.get("content")
-    if not isinstance(content, list):
+    kept = content
+    if isinstance(content, list):
+        kept = [
+            block
+            for block in content
+            if not (isinstance(block, Mapping) and block.get("type") in THINKING_TYPES)
+        ]
+    side_keys = [key for key in THINKING_KEYS if key in message]
+    if not side_keys and (not isinstance(content, list) or len(kept) == len(content)):
         return None
-    kept = [
-        block
-        for block in content
-        if not (isinstance(block, Mapping) and block.get("type") in THINKING_TYPES)
-    ]
-    if len(kept) == len(content):
-        return None
-    return {**message, "content": kept}
+    stripped = {k: v for k, v in message.items() if k not in THINKING_KEYS}
+    stripped["content"] = kept
+    return stripped
