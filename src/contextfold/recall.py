@@ -90,7 +90,7 @@ def message_text(message: Mapping[str, Any]) -> str:
     model still sees what it was.
     """
     content = message.get("content")
-    if isinstance(content, str):
+    if isinstance(content, str) and (content or not message.get("tool_calls")):
         return content
     parts = _block_texts(content) if isinstance(content, list) else []
     if parts:
