@@ -18,19 +18,24 @@ from contextfold.tokens import TokenCounter
 
 __all__ = ["digest_transcript", "parse_transcript"]
 
-# Words kept per line at each level: (asks and calls, everything else). Asks and calls carry
-# names, ids and arguments, so they keep more.
-_LEVELS: tuple[tuple[int, int], ...] = (
-    (48, 16),
-    (32, 12),
-    (20, 8),
-    (12, 6),
-    (8, 4),
-    (5, 3),
-    (3, 2),
-    (2, 1),
+# Words kept per line at each level: (user asks, tool calls, everything else). Asks hold the
+# task and calls hold names, ids and arguments, so they keep their words longest.
+_LEVELS: tuple[tuple[int, int, int], ...] = (
+    (64, 24, 16),
+    (64, 24, 12),
+    (64, 16, 8),
+    (64, 12, 5),
+    (64, 8, 3),
+    (64, 6, 2),
+    (48, 4, 1),
+    (32, 3, 1),
+    (20, 2, 1),
+    (12, 2, 1),
+    (6, 1, 1),
+    (3, 1, 1),
 )
-_DETAILED = frozenset({"user", "call", "human"})
+_DROP_FROM_LEVEL = 4  # from (64, 8, 3) on, old results go before calls and asks shrink
+_ASK_LABELS = frozenset({"user", "human"})
 _ENTRY = re.compile(r"^\[(\d+)\] ([^:\n]{1,80}): ?(.*)$")
 _DIGEST_LINE = re.compile(r"^- ([^:\n]{1,80}): (.*)$")
 _LEFT_OUT = re.compile(r"^(\d+) earlier points left out$")
@@ -80,29 +85,60 @@ def digest_transcript(text: str, max_tokens: int, counter: TokenCounter) -> str:
             kept_entries.append((label, body))
     if not kept_entries:
         return ""
-    lines: list[str] = []
-    for detailed, other in _LEVELS:
-        lines = [_line(label, body, detailed, other) for label, body in kept_entries]
-        digest = _with_count(lines, left_out)
-        if counter.count_text(digest) <= max_tokens:
-            return digest
-    # Even the shortest lines do not fit: leave lines out, oldest first, the user's asks
-    # last of all (they hold the task), and say how many went.
-    asks = [i for i, (label, _) in enumerate(kept_entries) if _is_detailed(label)]
-    order = [i for i in range(len(lines)) if i not in set(asks)] + asks
-    low, high = 1, len(order)  # the fewest lines to leave out so the rest fit
+    order = sorted(range(len(kept_entries)), key=lambda i: (-_tier(kept_entries[i][0]), i))
+    replies = sum(1 for label, _ in kept_entries if _tier(label) == 2)
+    for index, level in enumerate(_LEVELS):
+        lines = [_line(label, body, level) for label, body in kept_entries]
+        drops = _fewest_drops(lines, order, left_out, max_tokens, counter)
+        if drops == 0:
+            return _with_count(lines, left_out)
+        # Past _DROP_FROM_LEVEL, leaving out the oldest results and replies beats cutting
+        # calls and asks further; at the last level, leave out whatever must go.
+        last = index == len(_LEVELS) - 1
+        if drops is not None and (last or (index >= _DROP_FROM_LEVEL and drops <= replies)):
+            dropped = set(order[:drops])
+            kept = [entry for i, entry in enumerate(kept_entries) if i not in dropped]
+            return _richest(kept, left_out + len(dropped), max_tokens, counter)
+    return ""
+
+
+def _fewest_drops(
+    lines: list[str], order: list[int], left_out: int, max_tokens: int, counter: TokenCounter
+) -> int | None:
+    """The fewest lines to leave out (in ``order``) so the rest fit; None if none do."""
+
+    def fits(drops: int) -> bool:
+        return counter.count_text(_without(lines, order[:drops], left_out)) <= max_tokens
+
+    if fits(0):
+        return 0
+    if not fits(len(order)):
+        return None
+    low, high = 1, len(order)
     while low < high:
         middle = (low + high) // 2
-        if counter.count_text(_without(lines, order[:middle], left_out)) <= max_tokens:
+        if fits(middle):
             high = middle
         else:
             low = middle + 1
-    digest = _without(lines, order[:low], left_out)
-    return digest if counter.count_text(digest) <= max_tokens else ""
+    return low
 
 
-def _is_detailed(label: str) -> bool:
-    return label.split(" ")[0] in _DETAILED
+def _richest(
+    entries: list[tuple[str, str]], left_out: int, max_tokens: int, counter: TokenCounter
+) -> str:
+    """The lines that stay, with as many words as now fit."""
+    for level in _LEVELS:
+        digest = _with_count([_line(label, body, level) for label, body in entries], left_out)
+        if counter.count_text(digest) <= max_tokens:
+            return digest
+    return ""
+
+
+def _tier(label: str) -> int:
+    """0 for a user's ask, 1 for a tool call, 2 for anything else."""
+    kind = label.split(" ")[0]
+    return 0 if kind in _ASK_LABELS else 1 if kind == "call" else 2
 
 
 def _with_count(lines: list[str], left_out: int) -> str:
@@ -117,8 +153,8 @@ def _without(lines: list[str], dropped: list[int], left_out: int) -> str:
     )
 
 
-def _line(label: str, body: str, detailed: int, other: int) -> str:
-    limit = detailed if _is_detailed(label) else other
+def _line(label: str, body: str, level: tuple[int, int, int]) -> str:
+    limit = level[_tier(label)]
     words = body.split(" ")
     shown = " ".join(words[:limit]) + (_ELLIPSIS if len(words) > limit else "")
     return f"- {label}: {shown}"
