@@ -113,3 +113,18 @@ async def test_many_incremental_folds_keep_the_task_and_count_what_was_left_out(
     assert record is not None
     assert "GOAL-17" in record.text  # the user's ask outlives two dozen folds
     assert record.text.startswith("- earlier: ")  # and the digest says what it left out
+
+
+def test_under_pressure_old_results_go_before_calls_and_asks() -> None:
+    span: list[dict[str, Any]] = [{"role": "user", "content": "Audit /etc/app for drift (TASK-7)."}]
+    for i in range(10):
+        call = {"id": f"c{i}", "tool": "read", "arguments": {"path": f"/etc/app/{i}.conf"}}
+        span.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        span.append({"role": "tool", "tool_call_id": f"c{i}", "content": "key=v " * 100})
+    digest = digest_transcript(render_transcript(span), 250, COUNTER)
+    assert COUNTER.count_text(digest) <= 250
+    assert "- user: Audit /etc/app for drift (TASK-7)." in digest
+    assert all(f"/etc/app/{i}.conf" in digest for i in range(10))  # every call, whole
+    assert digest.startswith("- earlier: ") and "points left out" in digest.splitlines()[0]
+    kept = [line.split("(")[1].split(")")[0] for line in digest.splitlines() if "- result" in line]
+    assert kept == [f"c{i}" for i in range(10 - len(kept), 10)]  # the newest results stay
