@@ -42,6 +42,8 @@ from .history import History
 from .ingress import IngressClip
 from .messages import Kind
 from .meter import MeterStats, UsageReading, read_usage
+from .recall import DEFAULT_MAX_TOKENS as DEFAULT_RECALL_TOKENS
+from .recall import recall_message
 from .repair import Repair
 from .report import RequestReport, compaction_event
 from .tokens import CalibratedCounter, TokenCounter, build_counter
@@ -86,6 +88,7 @@ class ContextFold:
         self.counter: TokenCounter = counter or build_counter(
             self.config.token_counter, model=self.config.token_model
         )
+        self._ladder = self.config.ladder  # the rungs `strategies` names, built once
         self._events = EventSink(on_event)
         self._lock = asyncio.Lock()
         self._model: str | None = self.config.token_model
@@ -227,6 +230,16 @@ class ContextFold:
         async with self._lock:
             self._reset_history(fresh)
         await self._emit_admission(clips, fresh.repairs)
+
+    async def recall(
+        self, recall_id: str, *, max_tokens: int = DEFAULT_RECALL_TOKENS, offset: int = 0
+    ) -> str:
+        """The original content of a message compaction shortened, cleared or removed, by
+        the id its marker or the notice names (``"r41"``), exactly as admitted, from
+        ``offset`` on and capped at ``max_tokens`` (a longer text ends with a marker giving
+        the offset to continue from). Raises `RecallError` (a ValueError) for an unknown id."""
+        async with self._lock:
+            return recall_message(self._history, recall_id, max_tokens, self.counter, offset=offset)
 
     async def clear(self) -> None:
         """Forget every message (calibration and configuration stay)."""
@@ -382,6 +395,7 @@ class ContextFold:
                 notice_enabled=cfg.compaction_notice_enabled,
                 notice_verbosity=cfg.compaction_notice_verbosity,
                 notice_min_level=cfg.compaction_notice_min_level,
+                ladder=self._ladder,
             )
             after_raw = result.raw_total + result.notice_cost + request_raw
             after = math.ceil(after_raw * ratio) + overhead
