@@ -127,6 +127,7 @@ asyncio.run(main())
             "hooks-context-inject",
             "loop-fold",
             "provider-scripted",
+            "tool-context-recall",
             "tool-doc-lookup",
         ],
         "view": 1,
