@@ -165,12 +165,12 @@ def test_strategies_names_and_settings_build_the_ladder_in_order() -> None:
 
 
 def test_the_config_does_not_share_its_settings_with_the_caller() -> None:
-    given = {"name": "clear_tool_results", "keep_last": 4}
+    given = {"name": "truncate_tool_results", "tool_chars": {"read_file": 2000}}
     config = ContextConfig.from_mapping({"strategies": [given, "drop_oldest"]})
-    given["keep_last"] = -1  # the caller edits its own dict afterwards
-    assert config.ladder[0].keep_last == 4
-    config.to_dict()["strategies"][0]["keep_last"] = -1
-    assert config.ladder[0].keep_last == 4
+    given["tool_chars"]["read_file"] = -1  # the caller edits its own dicts afterwards
+    assert config.ladder[0].tool_chars == {"read_file": 2000}
+    config.to_dict()["strategies"][0]["tool_chars"]["read_file"] = -1
+    assert config.ladder[0].tool_chars == {"read_file": 2000}
 
 
 def test_every_rung_is_registered_by_its_name() -> None:
@@ -588,3 +588,42 @@ def test_an_elided_digest_still_names_the_ids_it_leaves_out() -> None:
     shown = {int(n) for n in re.findall(r"^- r(\d+)-r\d+:", notice, flags=re.M)}
     low, high = int(elision.group(2)), int(elision.group(3))
     assert shown and all(n < low or n > high for n in shown)
+
+
+# -- the configured ladder in a whole request ------------------------------------------------------
+
+
+async def test_a_configured_ladder_shapes_the_view_a_request_gets() -> None:
+    context = ContextFold(
+        token_counter="heuristic",
+        max_tokens=9_000,
+        protected_tool_results=2,
+        strategies=[
+            {"name": "truncate_tool_results", "shape": "head_tail", "exempt_tools": ["load_skill"]},
+            # exempt_tools is a setting of each rung: the skill must be exempt from both.
+            {"name": "clear_tool_results", "keep_last": 2, "exempt_tools": ["load_skill"]},
+            "drop_oldest",
+        ],
+    )
+    tools = ["load_skill"] + ["lookup"] * 11
+    messages = tool_session(tools, chars=3_000)
+    await context.set_messages(messages)
+    view = await context.get_messages_for_request()
+    assert_pairing(view)
+    report = context.last_report
+    assert report.compacted and report.tokens_after <= 9_000
+    # Truncation alone could not reach the target: clearing went on, oldest first, through
+    # results truncation had already shortened; nothing was removed.
+    assert report.applied == ["truncate_tool_results", "clear_tool_results"]
+    contents = [m["content"] for m in view if m.get("role") == "tool"]
+    assert sum(bool(CLEARED.match(c)) for c in contents) >= 5
+    sent = {m["tool_call_id"]: m["content"] for m in view if m.get("role") == "tool"}
+    assert sent["c0"] == messages[3]["content"]  # the exempt skill stays whole
+    for n in range(1, 10):
+        index = 3 + 2 * n
+        if sent[f"c{n}"] == messages[index]["content"]:
+            continue
+        assert f'context_recall("r{index}")' in sent[f"c{n}"]  # every change names its id
+        if "omitted from the middle" in sent[f"c{n}"]:
+            assert sent[f"c{n}"].endswith(f" END lookup {n}")  # head_tail kept the ending
+    assert await context.recall("r5") == messages[5]["content"]

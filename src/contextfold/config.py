@@ -222,12 +222,12 @@ class ContextConfig:
         return cls.from_mapping({**base, **settings})
 
     def to_dict(self) -> dict[str, Any]:
+        from .compaction.ladder import settings_copy
+
         values = asdict(self)
         # A rung object given in library use is passed on as itself (asdict would deep-copy
         # it, or take a dataclass rung apart into a mapping without its name).
-        values["strategies"] = tuple(
-            dict(item) if isinstance(item, Mapping) else item for item in self.strategies
-        )
+        values["strategies"] = tuple(settings_copy(item) for item in self.strategies)
         return values
 
     @property

@@ -9,6 +9,7 @@ it sits in the list, which rung and which setting, and what is accepted.
 
 from __future__ import annotations
 
+import copy
 import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
@@ -46,19 +47,23 @@ def rung_settings(name: str) -> tuple[str, ...]:
 
 
 def normalize_strategies(strategies: Any) -> tuple[Any, ...]:
-    """``strategies`` checked in full and frozen as a tuple (mappings copied)."""
-    if isinstance(strategies, str | bytes | Mapping) or not isinstance(
-        strategies, Sequence | set | frozenset
-    ):
+    """``strategies`` checked in full and frozen as a tuple; settings mappings are deep
+    copies, so neither the caller's dicts nor a `to_dict` copy can change the config."""
+    if isinstance(strategies, set | frozenset):
+        raise ConfigError(f"strategies must be an ordered list, got a set: {shown(strategies)}.")
+    if isinstance(strategies, str | bytes | Mapping) or not isinstance(strategies, Sequence):
         raise ConfigError(
             "strategies must be a list of rung names or {'name': ..., <settings>} mappings, "
             f"e.g. ['truncate_tool_results', 'drop_oldest'], got {shown(strategies)}."
         )
-    if isinstance(strategies, set | frozenset):
-        raise ConfigError(f"strategies must be an ordered list, got a set: {shown(strategies)}.")
-    items = tuple(dict(i) if isinstance(i, Mapping) else i for i in strategies)
+    items = tuple(settings_copy(item) for item in strategies)
     build_ladder(items)
     return items
+
+
+def settings_copy(item: Any) -> Any:
+    """A rung's settings mapping as a private deep copy; a name or rung object as itself."""
+    return copy.deepcopy(dict(item)) if isinstance(item, Mapping) else item
 
 
 def build_ladder(strategies: Sequence[Any] = DEFAULT_STRATEGIES) -> tuple[Rung, ...]:
