@@ -31,6 +31,7 @@ MODULES = {
     "loop-fold": ("orchestrator", "amplifier_module_loop_fold"),
     "provider-scripted": ("provider", "amplifier_module_provider_scripted"),
     "tool-doc-lookup": ("tool", "amplifier_module_tool_doc_lookup"),
+    "tool-context-recall": ("tool", "amplifier_module_tool_context_recall"),
     "hooks-context-inject": ("hook", "amplifier_module_hooks_context_inject"),
 }
 
@@ -109,7 +110,10 @@ async def test_session_loads_every_module_from_the_fetched_tree(
                 },
             }
         ],
-        "tools": [{"module": "tool-doc-lookup", "source": SOURCE, "config": {}}],
+        "tools": [
+            {"module": "tool-doc-lookup", "source": SOURCE, "config": {}},
+            {"module": "tool-context-recall", "source": SOURCE, "config": {}},
+        ],
         "hooks": [{"module": "hooks-context-inject", "source": SOURCE, "config": {}}],
     }
     session = AmplifierSession(plan)

@@ -139,7 +139,7 @@ def test_readme_library_example_runs_without_the_extras(bare_venv: Path) -> None
     [example] = [
         block
         for block in re.findall(r"```python\n(.*?)```", README, flags=re.S)
-        if "from contextfold import ContextFold" in block
+        if "from contextfold import ContextFold, strip_metadata" in block
     ]
     result = _python(bare_venv, example)
     assert result.returncode == 0, result.stderr

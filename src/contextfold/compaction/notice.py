@@ -59,8 +59,8 @@ def build_notice(
         )
     if state.shortened:
         head.append(
-            f"- {len(state.shortened)} older message(s) were shortened to their first "
-            f"{truncate_chars} characters (marked where shortened)."
+            f"- {len(state.shortened)} older message(s) were shortened or cleared (each "
+            "marked, with the id that recalls it)."
         )
     tail = ["</context-compaction>"]
     budget_chars = reserve_tokens * CHARS_PER_TOKEN - sum(len(line) + 1 for line in head + tail)
