@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from contextfold.cli import EXIT_BAD_INPUT, EXIT_DOES_NOT_FIT, EXIT_OK, main
 from contextfold.cli.readers import read_conversation
@@ -648,3 +650,21 @@ def test_readme_replay_example_is_what_the_command_prints(
         return lines[: next(i for i, line in enumerate(lines) if line.startswith("numbers:"))]
 
     assert without_paths(printed) == without_paths(shown)
+
+
+@given(
+    previous=st.lists(st.integers(0, 2), max_size=40),
+    current=st.lists(st.integers(0, 2), max_size=40),
+    keep=st.integers(0, 40),
+)
+def test_common_prefix_is_the_first_difference(
+    previous: list[int], current: list[int], keep: int
+) -> None:
+    from contextfold.cli.replay import _common_prefix
+
+    current = previous[:keep] + current  # often a long shared run, as between real views
+    expected = next(
+        (i for i, (a, b) in enumerate(zip(previous, current, strict=False)) if a != b),
+        min(len(previous), len(current)),
+    )
+    assert _common_prefix(previous, current) == expected

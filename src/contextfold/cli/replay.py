@@ -324,21 +324,22 @@ class _PrefixTracker:
 def _common_prefix(previous: Sequence[Any], current: Sequence[Any]) -> int:
     """Leading messages ``current`` shares with ``previous``.
 
-    The usual case, the whole previous view repeated, is one C-level list comparison (each
-    element first compared by identity); only a view that changed is walked to the first
-    difference, and compaction changes views near their start.
+    Only C-level list comparisons (each element compared by identity first, then by value):
+    the usual case, the whole previous view repeated, is one of them; a view that changed is
+    bisected down to its first difference, which costs about two comparisons of its length.
     """
     length = min(len(previous), len(current))
-    if length == 0:
-        return 0
-    head = previous if length == len(previous) else previous[:length]
-    if current[:length] == head:
+    if previous[:length] == current[:length]:
         return length
-    for index in range(length):
-        old, new = previous[index], current[index]
-        if old is not new and old != new:
-            return index
-    return length  # not reached: the lists differ somewhere before ``length``
+    # Invariant: the first ``low`` messages agree; the first difference is before ``high``.
+    low, high = 0, length
+    while high - low > 1:
+        middle = (low + high) // 2
+        if previous[low:middle] == current[low:middle]:
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 @dataclass(frozen=True)
