@@ -668,3 +668,54 @@ def test_common_prefix_is_the_first_difference(
         min(len(previous), len(current)),
     )
     assert _common_prefix(previous, current) == expected
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["append", "drop", "shorten", "copy", "duplicate"]),
+            st.integers(0, 30),
+            st.integers(1, 6),
+        ),
+        max_size=25,
+    )
+)
+def test_prefix_tracker_matches_a_full_recount_through_any_edits(
+    edits: list[tuple[str, int, int]],
+) -> None:
+    # Views evolve as compaction makes them: messages appended, stretches dropped, some
+    # shortened, everything copied, equal messages repeated. After every view the tracker's
+    # prefix and its running totals must equal a recount from scratch.
+    from contextfold.cli.replay import _PrefixTracker
+
+    def count(message: dict[str, Any]) -> int:
+        return len(json.dumps(message))
+
+    tracker = _PrefixTracker(count)
+    previous: list[dict[str, Any]] = []
+    view: list[dict[str, Any]] = [{"role": "system", "content": "s"}]
+    serial = 0
+    for action, where, amount in edits:
+        view = list(view)
+        if action == "append":
+            for _ in range(amount):
+                serial += 1
+                view.append({"role": "user", "content": "m" * (serial % 7 + 1) + str(serial)})
+        elif action == "drop" and len(view) > 1:
+            start = 1 + where % (len(view) - 1)
+            del view[start : start + amount]
+        elif action == "shorten":
+            index = where % len(view)
+            view[index] = {**view[index], "content": str(view[index]["content"])[:1] + "~"}
+        elif action == "copy":
+            view = [dict(message) for message in view]
+        elif action == "duplicate":
+            view.append(dict(view[where % len(view)]))
+        shared, tokens = tracker.advance(view)
+        expected = brute_force_prefix(previous, view)
+        assert (shared, tokens) == (expected, sum(count(m) for m in view[:expected]))
+        running = [0]
+        for message in view:
+            running.append(running[-1] + count(message))
+        assert tracker._cumulative == running
+        previous = view

@@ -298,9 +298,12 @@ class _PrefixTracker:
 
     Keeps the previous view and the running token total of its first ``i`` messages
     (``cumulative[i]``). A request compares the new view with the previous one (list equality
-    runs in C, and an unchanged message is the same object or an equal one), reads the
-    prefix's tokens off ``cumulative`` and counts only the messages after the shared prefix:
-    on a request without compaction those are just the newly appended ones.
+    runs in C, and an unchanged message is the same object or an equal one) and reads the
+    prefix's tokens off ``cumulative``. On a request without compaction only the newly
+    appended messages are counted. After a compaction the rest of the view is mostly runs of
+    the previous view's messages (the oldest dropped, a few shortened): each run is found with
+    C-level searches and takes its costs from the previous view, so only the messages
+    compaction changed, and the new ones, are counted.
     """
 
     def __init__(self, count: Callable[[Mapping[str, Any]], int]) -> None:
@@ -310,15 +313,67 @@ class _PrefixTracker:
 
     def advance(self, view: list[dict[str, Any]]) -> tuple[int, int]:
         """``(shared messages, their tokens)`` against the previous view; then remember this one."""
-        shared = _common_prefix(self._previous, view)
-        prefix_tokens = self._cumulative[shared]
-        del self._cumulative[shared + 1 :]
-        total = prefix_tokens
-        for message in view[shared:]:
-            total += self._count(message)
-            self._cumulative.append(total)
-        self._previous = view
+        previous, before = self._previous, self._cumulative
+        shared = _common_prefix(previous, view)
+        prefix_tokens = before[shared]
+        if shared == len(previous):  # nothing changed: count the appended messages only
+            total = prefix_tokens
+            for message in view[shared:]:
+                total += self._count(message)
+                before.append(total)
+            self._previous = view
+            return shared, prefix_tokens
+        self._previous, self._cumulative = view, self._realign(view, shared)
         return shared, prefix_tokens
+
+    def _realign(self, view: list[dict[str, Any]], shared: int) -> list[int]:
+        """Running totals of a view that changed after ``shared`` messages.
+
+        Equal messages cost the same, so any message found in the previous view takes its
+        cost from there. The next expected position is tried first (a message compaction
+        shortened stands where its original stood); a full C-level search, the way past a
+        dropped stretch, is tried a bounded number of times per request.
+        """
+        previous, before = self._previous, self._cumulative
+        cumulative = before[: shared + 1]
+        total = cumulative[-1]
+        searches = _MAX_SEARCHES
+        index, expected = shared, shared
+        while index < len(view):
+            message = view[index]
+            found: int | None = None
+            if expected < len(previous) and previous[expected] == message:
+                found = expected
+            elif searches > 0:
+                searches -= 1
+                found = _find(previous, message, expected)
+            if found is None:
+                total += self._count(message)
+                cumulative.append(total)
+                index += 1
+                expected += 1  # most likely it replaced the message that stood here
+                continue
+            # A run of the previous view's messages: their costs are already known.
+            run = max(_common_prefix(previous[found:], view[index:]), 1)
+            for position in range(found, found + run):
+                total += before[position + 1] - before[position]
+                cumulative.append(total)
+            index += run
+            expected = found + run
+        return cumulative
+
+
+# Full searches of the previous view per changed request: enough to step over the stretches
+# compaction dropped, never a search per message of a long view.
+_MAX_SEARCHES = 16
+
+
+def _find(messages: list[Mapping[str, Any]], message: Mapping[str, Any], start: int) -> int | None:
+    """Where ``message`` next occurs in ``messages`` from ``start`` (a C-level search)."""
+    try:
+        return messages.index(message, start)
+    except ValueError:
+        return None
 
 
 def _common_prefix(previous: Sequence[Any], current: Sequence[Any]) -> int:
