@@ -179,6 +179,7 @@ def test_every_rung_is_registered_by_its_name() -> None:
         "truncate_tool_results",
         "truncate_long_text",
         "clear_tool_results",
+        "summarize",
         "drop_oldest",
     }
     for name, cls in RUNGS.items():

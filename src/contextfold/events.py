@@ -17,8 +17,9 @@ REPORT = "context:report"
 INGRESS_TRUNCATED = "context:tool_result_ingress_truncated"
 CALIBRATION = "context:calibration"
 REPAIRED = "context:repaired"  # a sequence fault admitted to history and mended in the view
+SUMMARY = "context:summary"  # a pass summarized turns (or its summarizer failed)
 
-ALL_EVENTS = (BUDGET, COMPACTION, REPORT, INGRESS_TRUNCATED, CALIBRATION, REPAIRED)
+ALL_EVENTS = (BUDGET, COMPACTION, REPORT, INGRESS_TRUNCATED, CALIBRATION, REPAIRED, SUMMARY)
 
 EventCallback = Callable[[str, dict[str, Any]], Awaitable[Any] | Any]
 

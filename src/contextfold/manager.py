@@ -11,13 +11,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from .budget import BudgetDecision, derive_budget
 from .compaction.floor import floor_error
 from .compaction.planner import PassResult, assemble_view, run_pass
+from .compaction.summarize import Summarize, id_ranges, summary_message
 from .compaction.working import FoldState
 from .config import ContextConfig
 from .conventions import (
@@ -28,6 +30,7 @@ from .conventions import (
     stamp_timestamp,
     system_prompt_message,
 )
+from .errors import ConfigError
 from .events import (
     BUDGET,
     CALIBRATION,
@@ -35,6 +38,7 @@ from .events import (
     INGRESS_TRUNCATED,
     REPAIRED,
     REPORT,
+    SUMMARY,
     EventCallback,
     EventSink,
 )
@@ -46,8 +50,19 @@ from .recall import DEFAULT_MAX_TOKENS as DEFAULT_RECALL_TOKENS
 from .recall import recall_message
 from .repair import Repair
 from .report import RequestReport, compaction_event
+from .summaries import InMemorySummaryStore, Summarizer, SummaryFolder, SummaryStore
 from .tokens import CalibratedCounter, TokenCounter, build_counter
 from .views import detached
+
+
+@dataclass(slots=True)
+class SummaryStats:
+    """What summarizing has cost this context so far (``context.summary_stats``)."""
+
+    calls: int = 0  # summarizer calls made
+    reused: int = 0  # spans whose summary was found in the store (no call)
+    written: int = 0  # summary records written to the store
+    failures: int = 0  # passes whose summary failed and fell through to the next rung
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +81,29 @@ NOTICE_MAX_SHARE = 0.10
 logger = logging.getLogger(__name__)
 
 
+def _summary_folder(
+    ladder: Sequence[Any], summarizer: Summarizer | None, store: SummaryStore | None
+) -> SummaryFolder | None:
+    """The folder the summarize rung's summaries go through, when the ladder has one."""
+    rung = next((r for r in ladder if isinstance(r, Summarize)), None)
+    if rung is None:
+        return None
+    if summarizer is None or not callable(summarizer):
+        raise ConfigError(
+            "strategies names 'summarize' but no summarizer was given: pass "
+            "ContextFold(summarizer=...) (an async (messages, max_tokens) -> str callable, or "
+            "contextfold.summaries.openai_summarizer / anthropic_summarizer / "
+            "scripted_summarizer), or in Amplifier the 'summarizer' config."
+        )
+    return SummaryFolder(
+        summarizer,
+        max_input_tokens=rung.max_input_tokens,
+        max_output_tokens=rung.max_output_tokens,
+        timeout=rung.timeout,
+        store=store if store is not None else InMemorySummaryStore(),
+    )
+
+
 class ContextFold:
     """Keeps the whole conversation; hands each request a fitted, honest view of it.
 
@@ -82,6 +120,8 @@ class ContextFold:
         *,
         on_event: EventCallback | None = None,
         counter: TokenCounter | None = None,
+        summarizer: Summarizer | None = None,
+        summary_store: SummaryStore | None = None,
         **settings: Any,
     ) -> None:
         self.config = ContextConfig.resolve(config, settings)
@@ -89,6 +129,9 @@ class ContextFold:
             self.config.token_counter, model=self.config.token_model
         )
         self._ladder = self.config.ladder  # the rungs `strategies` names, built once
+        self._folder = _summary_folder(self._ladder, summarizer, summary_store)
+        self.summary_stats = SummaryStats()
+        self._summary_events: list[tuple[str, dict[str, Any]]] = []
         self._events = EventSink(on_event)
         self._lock = asyncio.Lock()
         self._model: str | None = self.config.token_model
@@ -172,7 +215,7 @@ class ContextFold:
                 # estimate of the window. Keep the refit budget as a cap on later requests.
                 self._refit_cap = min(token_budget, self._refit_cap or token_budget)
             decision = decision.with_refit_cap(self._refit_cap)
-            view, events = self._plan_request(
+            view, events = await self._plan_request(
                 decision, hard_fit, required_reminders, self._system_prompt_view(system_prompt)
             )
         for event, data in events:
@@ -254,6 +297,8 @@ class ContextFold:
         Plain-library users call it after each model call with the SDK's usage object:
         ``await context.on_llm_response({"usage": response.usage, "model": model})``.
         """
+        if isinstance(data, Mapping) and data.get("purpose") == "summary":
+            return  # a summarizer's own call: not a request this context estimated
         parsed = read_usage(data)
         if parsed is None:
             return
@@ -308,7 +353,7 @@ class ContextFold:
             hidden=hidden,
         )
 
-    def _plan_request(
+    async def _plan_request(
         self,
         decision: BudgetDecision,
         hard_fit: bool,
@@ -316,6 +361,7 @@ class ContextFold:
         system_prompt: _SystemPrompt | None = None,
     ) -> tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
         cfg = self.config
+        self._summary_events = []  # a request that fails leaves no trace
         model = decision.model or self._model
         self._model = model
         ratio = self._ratio(model)
@@ -379,7 +425,8 @@ class ContextFold:
             def raw(tokens: int) -> int:
                 return max(0, math.floor((tokens - overhead) / ratio) - request_raw)
 
-            result = run_pass(
+            compact = partial(
+                run_pass,
                 history,
                 self._state,
                 counter=self.counter,
@@ -395,8 +442,10 @@ class ContextFold:
                 notice_enabled=cfg.compaction_notice_enabled,
                 notice_verbosity=cfg.compaction_notice_verbosity,
                 notice_min_level=cfg.compaction_notice_min_level,
-                ladder=self._ladder,
             )
+            result = compact(ladder=self._ladder)
+            if result.state.pending_summary:
+                result = await self._summarized(result, compact, raw(budget) - request_raw)
             after_raw = result.raw_total + result.notice_cost + request_raw
             after = math.ceil(after_raw * ratio) + overhead
             if after > budget:
@@ -453,6 +502,55 @@ class ContextFold:
             ratio=ratio,
         )
         return self._deliver(delivered, delivered_raw, decision, report, result, system_prompt)
+
+    async def _summarized(
+        self, result: PassResult, compact: Callable[..., PassResult], budget_raw: int
+    ) -> PassResult:
+        """Fold the turns the pass summarized into the summary the view carries; if the
+        summarizer fails (or its summary would not fit), plan the pass again without the
+        summarize rung. Nothing is ever written as a summary from a failure."""
+        history = self._history
+        state = result.state
+        units = sorted(state.pending_summary)
+        ids = [i for u in units for i in history.units[u].entries]
+        fold = await self._folder.fold(
+            self._state.summary_record, [history.entries[i].message for i in ids], ids
+        )
+        self.summary_stats.calls += fold.calls
+        self.summary_stats.reused += fold.reused
+        self.summary_stats.written += len(fold.written)
+        event: dict[str, Any] = {
+            "covers": len(ids),
+            "calls": fold.calls,
+            "reused": fold.reused,
+            "written": len(fold.written),
+        }
+        if fold.record is not None:
+            record = fold.record
+            message = summary_message(record.text, record.history_ids)
+            cost = self.counter.count_message(message)
+            raw_total = result.raw_total + cost - state.summary_cost
+            if raw_total + result.notice_cost <= budget_raw:
+                state.summary, state.summary_record = message, record
+                state.summary_cost = cost
+                state.pending_summary.clear()
+                result.raw_total = raw_total
+                self._summary_events.append(
+                    (SUMMARY, {**event, "tokens": cost, "ids": id_ranges(record.history_ids)})
+                )
+                return result
+            failure = {"reason": "does_not_fit", "detail": f"{cost} tokens"}
+        else:
+            assert fold.failure is not None
+            failure = {"reason": fold.failure.reason, "detail": fold.failure.detail}
+        self.summary_stats.failures += 1
+        self._summary_events.append((SUMMARY, {**event, "failure": failure}))
+        logger.warning(
+            "context-fold: summary failed (%s: %s); compacting without it",
+            failure["reason"],
+            failure["detail"],
+        )
+        return compact(ladder=tuple(r for r in self._ladder if not isinstance(r, Summarize)))
 
     def _notice_reserve(self, budget: int) -> int:
         """Tokens set aside for the notice: the configured reserve, at most a tenth of the
@@ -565,6 +663,8 @@ class ContextFold:
         events: list[tuple[str, dict[str, Any]]] = [
             (REPAIRED, repair.to_event()) for repair in self._history.provisional_repairs()
         ]
+        events.extend(self._summary_events)
+        self._summary_events = []
         if not self._events.connected:
             return view, events  # nobody listens: build no payloads on the hot path
         budget_changed = decision != self._last_budget

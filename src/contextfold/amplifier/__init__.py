@@ -12,6 +12,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from contextfold.amplifier.summarizer import mounted_summarizer
+from contextfold.config import ContextConfig
 from contextfold.events import ALL_EVENTS
 from contextfold.manager import ContextFold
 
@@ -56,7 +58,17 @@ async def mount(
     ``register_capability``.
     """
     hooks = getattr(coordinator, "hooks", None)
-    context = ContextFold(config or {}, on_event=_event_callback(hooks))
+    settings = dict(config or {})
+    # The summarize rung's summarizer is a provider of this session (see `summarizer`).
+    summarizer_spec = settings.pop("summarizer", None)
+    resolved = ContextConfig.resolve(settings)
+    wants_summary = any(getattr(rung, "name", None) == "summarize" for rung in resolved.ladder)
+    summarizer = (
+        mounted_summarizer(coordinator, summarizer_spec)
+        if wants_summary or summarizer_spec is not None
+        else None
+    )
+    context = ContextFold(resolved, on_event=_event_callback(hooks), summarizer=summarizer)
     await _mount_context(coordinator, context)
 
     unregister: list[Callable[[], Any]] = []

@@ -19,6 +19,7 @@ from ..config import shown
 from ..errors import ConfigError
 from .clear import ClearToolResults
 from .rungs import DropOldest, Rung, StripEarlierThinking, TruncateLongText, TruncateToolResults
+from .summarize import Summarize
 
 #: rung name -> the class that builds it from its settings (keyword arguments)
 RUNGS: dict[str, type] = {
@@ -28,6 +29,7 @@ RUNGS: dict[str, type] = {
         TruncateToolResults,
         TruncateLongText,
         ClearToolResults,
+        Summarize,
         DropOldest,
     )
 }

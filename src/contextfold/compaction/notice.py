@@ -41,12 +41,13 @@ def build_notice(
 ) -> dict[str, Any] | None:
     """The notice for ``state``, or None when nothing was removed or shortened (thinking
     left out of earlier turns needs no notice: the model never relies on it)."""
-    if not state.removed_units and not state.shortened:
+    dropped = state.removed_units - state.summarized_units  # a summary speaks for the rest
+    if not dropped and not state.shortened:
         return None
     metadata = {"source": NOTICE_SOURCE, "compaction_notice": True}
     if verbosity == "minimal":
         return {"role": role, "content": MINIMAL_TEXT, "metadata": metadata}
-    removed_messages = sum(len(history.units[u].entries) for u in state.removed_units)
+    removed_messages = sum(len(history.units[u].entries) for u in dropped)
     head = [
         "<context-compaction>",
         "Parts of this conversation were compacted to fit the context window. The full "
@@ -54,7 +55,7 @@ def build_notice(
     ]
     if removed_messages:
         head.append(
-            f"- {removed_messages} earlier message(s) in {len(state.removed_units)} turn(s) or "
+            f"- {removed_messages} earlier message(s) in {len(dropped)} turn(s) or "
             "tool-call group(s) were removed from this view."
         )
     if state.shortened:
@@ -79,7 +80,7 @@ def _digest_lines(history: History, state: FoldState) -> list[str]:
     of all its messages, a range for a call group (``r12-r15``), so the model can recall any
     of them."""
     lines: list[str] = []
-    for unit_index in sorted(state.removed_units):
+    for unit_index in sorted(state.removed_units - state.summarized_units):
         entries = history.units[unit_index].entries
         first = len(lines)
         for index in entries:

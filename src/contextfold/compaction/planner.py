@@ -38,8 +38,8 @@ class PassResult:
 
 
 def view_raw_total(history: History, state: FoldState) -> int:
-    """Raw tokens of the kept messages of ``state`` (one linear scan)."""
-    return sum(
+    """Raw tokens of the kept messages of ``state`` and its summary (one linear scan)."""
+    return state.summary_cost + sum(
         history.unit_cost(unit, state.truncated)
         for i, unit in enumerate(history.units)
         if i not in state.removed_units
@@ -86,6 +86,7 @@ def run_pass(
             state.stripped.discard(index)
             state.shortened.discard(index)
         state.removed_units.discard(history.entries[index].unit)
+        state.summarized_units.discard(history.entries[index].unit)
 
     relaxation = Relaxation.NONE
 
@@ -233,11 +234,14 @@ def assemble_view(
     view-only results after their group, and the notice placed before the first kept unit
     after the first compacted spot (never inside a tool-call group)."""
     anchor = first_affected_unit(history, state)
+    summary_at = min(state.summarized_units) if state.summary is not None else None
     view: list[dict[str, Any]] = []
     placed = notice is None
     entries = history.entries
     truncated = state.truncated
     for unit_index, unit in enumerate(history.units):
+        if unit_index == summary_at:
+            view.append(state.summary)  # type: ignore[arg-type]
         if unit_index in state.removed_units:
             continue
         if not placed and unit_index >= anchor:
@@ -258,8 +262,10 @@ def assemble_view(
 
 
 def first_affected_unit(history: History, state: FoldState) -> int:
-    """The first unit the notice speaks of: removed, or holding a shortened message."""
-    candidates = [min(state.removed_units)] if state.removed_units else []
+    """The first unit the notice speaks of: removed (not summarized), or holding a shortened
+    message."""
+    dropped = state.removed_units - state.summarized_units
+    candidates = [min(dropped)] if dropped else []
     if state.shortened:
         candidates.append(min(history.entries[i].unit for i in state.shortened))
     return min(candidates) if candidates else len(history.units)

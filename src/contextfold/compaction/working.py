@@ -26,6 +26,14 @@ class FoldState:
     shortened: set[int] = field(default_factory=set)  # text cut to its head
     rungs_used: dict[str, int] = field(default_factory=dict)  # rung name -> messages changed
     level: int = 0  # highest compaction level the view has been through (for the notice)
+    # Removed units a summary stands for, the summary message and its raw cost, and the
+    # record it came from (see `summarize`). ``pending_summary``: units this pass summarized,
+    # waiting for the summarizer; never carried into a copy.
+    summarized_units: set[int] = field(default_factory=set)
+    summary: dict[str, Any] | None = None
+    summary_cost: int = 0
+    summary_record: Any = None
+    pending_summary: set[int] = field(default_factory=set)
 
     def copy(self) -> FoldState:
         return FoldState(
@@ -35,6 +43,10 @@ class FoldState:
             set(self.shortened),
             dict(self.rungs_used),
             self.level,
+            set(self.summarized_units),
+            self.summary,
+            self.summary_cost,
+            self.summary_record,
         )
 
     @property

@@ -38,7 +38,10 @@ class SummaryRecordError(ValueError):
 
 
 def canonical_message_json(message: Mapping[str, Any]) -> str:
-    """The one serialisation a covered message is hashed in.
+    """The one serialisation a covered message is hashed in: the message without its
+    ``metadata`` (bookkeeping such as the admission timestamp, which the summarizer never
+    reads: the same conversation admitted by another worker at another time must find the
+    same summary), everything the summarizer reads byte for byte.
 
     ``sort_keys`` makes the hash independent of key order (a dict rebuilt by a store, a
     JSON round-trip or another language keeps its meaning but not always its order);
@@ -47,7 +50,8 @@ def canonical_message_json(message: Mapping[str, Any]) -> str:
     the hash. ``default`` is left unset on purpose: a value that is not plain JSON has no
     stable text, and hashing its ``repr`` would make the key depend on the Python process.
     """
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    content = {key: value for key, value in message.items() if key != "metadata"}
+    return json.dumps(content, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
 def covered_hash(
