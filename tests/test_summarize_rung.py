@@ -211,3 +211,30 @@ async def test_a_bad_summarizer_config_is_refused_at_mount() -> None:
             MockCoordinator(),
             {"strategies": LADDER, "summarizer": {"prompt_file": "/nonexistent/prompt.md"}},
         )
+
+
+async def test_a_resumed_transcript_reuses_every_summary_already_made() -> None:
+    """Blocks are fixed by history alone: a resume summarizes the same spans and finds their
+    records, so it calls the summarizer only for what was never summarized."""
+    store = InMemorySummaryStore()
+    first = Counting()
+    context, _ = make(first, store)
+    await context.set_messages([SYSTEM, human("Look up every topic.")])
+    await grow(context, range(30), budget=8_000)
+    summarized = context.summary_stats.written
+    assert summarized >= 2
+    transcript = await context.get_messages()
+
+    resumed_summarizer = Counting()
+    resumed, events = make(resumed_summarizer, store)
+    await resumed.set_messages(transcript)
+    view = await resumed.get_messages_for_request(token_budget=8_000)
+    assert resumed_summarizer.calls <= 1  # at most the one span never summarized before
+    assert resumed.summary_stats.reused >= summarized - 1
+    [summary] = [m for m in view if is_summary(m)]
+    assert_pairing(view)
+    assert resumed.last_report.tokens_after <= 8_000
+    # Once caught up, the resume goes on like the original: one call per new block.
+    await grow(resumed, range(30, 40), budget=8_000)
+    assert resumed_summarizer.calls <= 1 + len([e for e, _ in events if e == "context:summary"])
+    assert summary["content"].startswith('<context-summary covers="r2-')

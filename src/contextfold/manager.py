@@ -19,7 +19,7 @@ from typing import Any
 from .budget import BudgetDecision, derive_budget
 from .compaction.floor import floor_error
 from .compaction.planner import PassResult, assemble_view, run_pass
-from .compaction.summarize import Summarize, id_ranges, summary_message
+from .compaction.summarize import Summarize, id_ranges, summary_blocks, summary_message
 from .compaction.working import FoldState
 from .config import ContextConfig
 from .conventions import (
@@ -50,7 +50,14 @@ from .recall import DEFAULT_MAX_TOKENS as DEFAULT_RECALL_TOKENS
 from .recall import recall_message
 from .repair import Repair
 from .report import RequestReport, compaction_event
-from .summaries import InMemorySummaryStore, Summarizer, SummaryFolder, SummaryStore
+from .summaries import (
+    InMemorySummaryStore,
+    Summarizer,
+    SummaryFailure,
+    SummaryFolder,
+    SummaryStore,
+    covered_hash,
+)
 from .tokens import CalibratedCounter, TokenCounter, build_counter
 from .views import detached
 
@@ -130,6 +137,7 @@ class ContextFold:
         )
         self._ladder = self.config.ladder  # the rungs `strategies` names, built once
         self._folder = _summary_folder(self._ladder, summarizer, summary_store)
+        self._summarize_rung = next((r for r in self._ladder if isinstance(r, Summarize)), None)
         self.summary_stats = SummaryStats()
         self._summary_events: list[tuple[str, dict[str, Any]]] = []
         self._events = EventSink(on_event)
@@ -443,6 +451,9 @@ class ContextFold:
                 notice_verbosity=cfg.compaction_notice_verbosity,
                 notice_min_level=cfg.compaction_notice_min_level,
             )
+            if self._folder is not None:
+                blocks, free = await self._summary_blocks()
+                compact = partial(compact, summary_blocks=blocks, summary_free_blocks=free)
             result = compact(ladder=self._ladder)
             if result.state.pending_summary:
                 result = await self._summarized(result, compact, raw(budget) - request_raw)
@@ -511,22 +522,40 @@ class ContextFold:
         summarize rung. Nothing is ever written as a summary from a failure."""
         history = self._history
         state = result.state
-        units = sorted(state.pending_summary)
-        ids = [i for u in units for i in history.units[u].entries]
-        fold = await self._folder.fold(
-            self._state.summary_record, [history.entries[i].message for i in ids], ids
-        )
-        self.summary_stats.calls += fold.calls
-        self.summary_stats.reused += fold.reused
-        self.summary_stats.written += len(fold.written)
+        rung = self._summarize_rung
+        assert rung is not None
+        pending = state.pending_summary
+        record = self._state.summary_record
+        ids: list[int] = []
+        calls = reused = written = 0
+        failed: SummaryFailure | None = None
+        for block in summary_blocks(history, rung.span_budget):
+            block_ids = [i for u in block if u in pending for i in history.units[u].entries]
+            if not block_ids:
+                continue
+            ids.extend(block_ids)
+            fold = await self._folder.fold(
+                record, [history.entries[i].message for i in block_ids], block_ids
+            )
+            calls, reused, written = (
+                calls + fold.calls,
+                reused + fold.reused,
+                written + len(fold.written),
+            )
+            if fold.record is None:
+                failed = fold.failure
+                break
+            record = fold.record
+        self.summary_stats.calls += calls
+        self.summary_stats.reused += reused
+        self.summary_stats.written += written
         event: dict[str, Any] = {
             "covers": len(ids),
-            "calls": fold.calls,
-            "reused": fold.reused,
-            "written": len(fold.written),
+            "calls": calls,
+            "reused": reused,
+            "written": written,
         }
-        if fold.record is not None:
-            record = fold.record
+        if failed is None and record is not None:
             message = summary_message(record.text, record.history_ids)
             cost = self.counter.count_message(message)
             raw_total = result.raw_total + cost - state.summary_cost
@@ -541,8 +570,8 @@ class ContextFold:
                 return result
             failure = {"reason": "does_not_fit", "detail": f"{cost} tokens"}
         else:
-            assert fold.failure is not None
-            failure = {"reason": fold.failure.reason, "detail": fold.failure.detail}
+            assert failed is not None
+            failure = {"reason": failed.reason, "detail": failed.detail}
         self.summary_stats.failures += 1
         self._summary_events.append((SUMMARY, {**event, "failure": failure}))
         logger.warning(
@@ -551,6 +580,25 @@ class ContextFold:
             failure["detail"],
         )
         return compact(ladder=tuple(r for r in self._ladder if not isinstance(r, Summarize)))
+
+    async def _summary_blocks(self) -> tuple[list[tuple[int, ...]], int]:
+        """History's summary blocks, and the index of the first one that would need a
+        summarizer call (those before it are summarized or have a record in the store)."""
+        rung, folder = self._summarize_rung, self._folder
+        assert rung is not None and folder is not None
+        history = self._history
+        blocks = summary_blocks(history, rung.span_budget)
+        summarized = self._state.summarized_units
+        previous = self._state.summary_record
+        for position, block in enumerate(blocks[:-1]):
+            if all(u in summarized for u in block):
+                continue
+            messages = [history.entries[i].message for u in block for i in history.units[u].entries]
+            found = await folder.store.get(covered_hash(messages, previous=previous))
+            if found is None:
+                return blocks, position
+            previous = found
+        return blocks, len(blocks)
 
     def _notice_reserve(self, budget: int) -> int:
         """Tokens set aside for the notice: the configured reserve, at most a tenth of the

@@ -64,6 +64,8 @@ def run_pass(
     notice_verbosity: str = "normal",
     notice_min_level: int = 0,
     ladder: Sequence[Rung] = DEFAULT_LADDER,
+    summary_blocks: Sequence[tuple[int, ...]] = (),
+    summary_free_blocks: int = 0,
 ) -> PassResult:
     """Compact a copy of ``sticky`` toward ``target_raw`` raw tokens, protection permitting.
 
@@ -108,6 +110,8 @@ def run_pass(
         raw_total=view_raw_total(history, state),
         truncate_chars=truncate_chars,
         limit_raw=limit_raw,
+        summary_blocks=list(summary_blocks),
+        summary_free_blocks=summary_free_blocks,
     )
     header_cost = (
         _header_cost(history, counter, truncate_chars, notice_role) if notice_enabled else 0

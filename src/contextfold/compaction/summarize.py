@@ -3,13 +3,17 @@
 A summary costs a model call, which the planner (synchronous, under the context's lock)
 cannot make. So the rung works in two steps:
 
-1. during the pass, `Summarize.apply` chooses the span, the oldest removable turns and call
-   groups, whole, as `drop_oldest` would, marks them summarized and charges a reserve of
-   ``max_output_tokens`` for the summary that will stand for them;
-2. after the pass, the manager folds the span into a summary record (`summaries.fold`,
-   one summarizer call: the span is bounded to what one call reads) and puts the summary
-   message in the view; if the summarizer fails, the pass is planned again without this
-   rung and nothing is written as a summary.
+1. during the pass, `Summarize.apply` chooses the span, whole *blocks* of the oldest turns
+   and call groups, marks them summarized and charges a reserve of ``max_output_tokens``
+   for the summary that will stand for them;
+2. after the pass, the manager folds the span into the summary record, block by block
+   (`summaries.fold`), and puts the summary message in the view; if the summarizer fails,
+   the pass is planned again without this rung and nothing is written as a summary.
+
+Blocks are fixed by history alone (`summary_blocks`: consecutive turns, cut where their
+size passes what one call reads), so a resumed session or another worker summarizes the same
+spans and finds their records in the store. A pass takes the blocks whose records are
+already stored, then at most one more: one summarizer call per pass at most.
 
 The span is never the protected head (system prompt, first human prompt) nor a protected
 turn, and never splits a call group. The summary folds in the previous one, so the view
@@ -24,7 +28,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..errors import ConfigError
-from ..messages import NOTICE_SOURCE
+from ..history import History, Unit
+from ..messages import NOTICE_SOURCE, Kind
 from . import settings
 from .working import WorkingView
 
@@ -70,9 +75,9 @@ class Summarize:
 
     @property
     def span_budget(self) -> int:
-        """Raw tokens of turns one pass may summarize: what one call reads, less the
-        summary so far, the answer it writes and the prompt."""
-        return self.max_input_tokens - 2 * self.max_output_tokens - 500
+        """Raw tokens of one block: half of what one call reads once the summary so far
+        and the answer are set aside, so a block always fits one call."""
+        return (self.max_input_tokens - 2 * self.max_output_tokens) // 2
 
     @property
     def reserve(self) -> int:
@@ -81,26 +86,24 @@ class Summarize:
 
     def apply(self, work: WorkingView, target_raw: int) -> None:
         state = work.state
-        units = work.history.units
-        candidates = [
-            u
-            for u in range(len(units))
-            if u not in state.removed_units and not work.protection.unit_reason(u)
-        ]
-        span: list[int] = []
+        history = work.history
+        chosen: list[tuple[int, ...]] = []
         span_raw = 0
-        for u in candidates:
-            cost = work.history.unit_cost(units[u], state.truncated)
-            if span and span_raw + cost > self.span_budget:
-                break
-            span.append(u)
-            span_raw += cost
-        messages = sum(len(units[u].entries) for u in span)
-        if not span or messages < self.min_messages:
+        for position, block in enumerate(work.summary_blocks[:-1]):  # a last block still grows
+            if all(u in state.summarized_units for u in block):
+                continue
+            if any(u in state.removed_units or work.protection.unit_reason(u) for u in block):
+                break  # blocks are summarized in order, whole
+            chosen.append(block)
+            span_raw += sum(history.unit_cost(history.units[u], state.truncated) for u in block)
+            if position >= work.summary_free_blocks:
+                break  # this block needs a call: one per pass
+        messages = sum(len(history.units[u].entries) for block in chosen for u in block)
+        if not chosen or messages < self.min_messages:
             return
         # The new summary replaces the one in the view (if any): charge the difference.
         charge = max(0, self.reserve - state.summary_cost)
-        if work.raw_total - span_raw + charge >= work.raw_total:
+        if charge >= span_raw:
             return  # a summary as large as the turns it stands for saves nothing
         # Only when it pays, as for drop_oldest: while above the trigger, or to the target.
         reaches = work.raw_total - span_raw + charge <= target_raw
@@ -109,12 +112,46 @@ class Summarize:
             return
         work.raw_total += charge
         state.summary_cost += charge
-        for u in span:
-            work.remove_unit(u, self.name)
-            state.summarized_units.add(u)
-            state.pending_summary.add(u)
+        for block in chosen:
+            for u in block:
+                work.remove_unit(u, self.name)
+                state.summarized_units.add(u)
+                state.pending_summary.add(u)
             if work.raw_total <= stop_at:
                 break
+
+
+def summary_blocks(history: History, span_budget: int) -> list[tuple[int, ...]]:
+    """Consecutive units a summary folds one block at a time, fixed by history alone.
+
+    Units that are never summarized (system messages, the first human prompt, loaded-tool
+    state) are skipped; a block is cut where its size (as admitted) would pass
+    ``span_budget``. Only history decides the cuts, so every worker and every resume of the
+    same conversation summarizes the same spans and finds their records again.
+    """
+    blocks: list[tuple[int, ...]] = []
+    current: list[int] = []
+    size = 0
+    for index, unit in enumerate(history.units):
+        if _never_summarized(history, unit):
+            continue
+        cost = history.unit_cost(unit, {})
+        if current and size + cost > span_budget:
+            blocks.append(tuple(current))
+            current, size = [], 0
+        current.append(index)
+        size += cost
+    if current:
+        blocks.append(tuple(current))
+    return blocks
+
+
+def _never_summarized(history: History, unit: Unit) -> bool:
+    for index in unit.entries:
+        info = history.entries[index].info
+        if info.kind is Kind.SYSTEM or info.loaded_tool_state or index == history.first_human:
+            return True
+    return False
 
 
 def summary_message(text: str, history_ids: Iterable[int]) -> dict[str, Any]:

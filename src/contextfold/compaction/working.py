@@ -67,6 +67,10 @@ class WorkingView:
     # The trigger in raw tokens: whole turns leave only while the view is above it, or when
     # removing them reaches the target (a removal that pays).
     limit_raw: int = 0
+    # For the summarize rung: history's summary blocks, and how many of them (from the
+    # first not yet summarized) already have a record in the store, so cost no call.
+    summary_blocks: list[tuple[int, ...]] = field(default_factory=list)
+    summary_free_blocks: int = 0
     changed: dict[str, int] = field(default_factory=dict)  # rung name -> changes this pass
 
     def is_removed(self, entry_index: int) -> bool:
