@@ -28,9 +28,18 @@ policy: requests refused, views over the budget, views that split a call group, 
 of "facts" kept: the argument values of the next tool call that appear somewhere in the
 history, found in the view sent (cheap, and what the next call needs).
 
+``--ladders`` replays the same conversations under three ladders side by side (window 8,000
+tokens, tool results capped at 4,096 bytes on the way in): the defaults, the defaults plus
+``clear_tool_results`` (after ``truncate_long_text``), and ``summarize`` with the offline
+scripted summarizer (``strip_thinking, truncate_tool_results, summarize, drop_oldest``).
+Reported per ladder: tokens sent, refusals, views over budget, split groups, cache share (the
+share of each request's tokens in the prefix it shares with the previous request, by
+provider-scripted's rule), summarizer calls / reused / written, and facts kept.
+
     uv run python bench/bench_bfcl_replay.py
     uv run python bench/bench_bfcl_replay.py --window 16000 --json bench/out/replay.json
     uv run python bench/bench_bfcl_replay.py --refusals
+    uv run python bench/bench_bfcl_replay.py --ladders
 """
 
 from __future__ import annotations
@@ -629,8 +638,9 @@ def main_refusals(args: argparse.Namespace, config: dict[str, Any]) -> int:
     window = args.window or REFUSAL_WINDOW
     corpus = build_corpus(args.category, args.limit)
     conversations = corpus.conversations
+    chain = args.chain or REFUSAL_CHAIN
     separate = asyncio.run(compare_refusals(conversations, config, window, args.cap_bytes))
-    chained_convs = chain_conversations(conversations, args.chain)
+    chained_convs = chain_conversations(conversations, chain)
     chained = asyncio.run(compare_refusals(chained_convs, config, window, args.cap_bytes))
     line = refusal_summary_line(
         separate,
@@ -638,16 +648,16 @@ def main_refusals(args: argparse.Namespace, config: dict[str, Any]) -> int:
         conversations=len(conversations),
         window=window,
         cap_bytes=args.cap_bytes,
-        chain=args.chain,
+        chain=chain,
     )
-    runs = {"one per session": separate, f"{args.chain} chained": chained}
+    runs = {"one per session": separate, f"{chain} chained": chained}
     print_refusals(runs, line, time.perf_counter() - started)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         report = {
             "window": window,
             "cap_bytes": args.cap_bytes,
-            "chain": args.chain,
+            "chain": chain,
             "summary": line,
             "runs": {
                 name: {p: asdict(t) | {"facts_kept_share": t.facts_kept_share}
@@ -655,6 +665,268 @@ def main_refusals(args: argparse.Namespace, config: dict[str, Any]) -> int:
                 for name, tallies in runs.items()
             },
         }  # fmt: skip
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
+# --------------------------------------------------------------------------- ladders
+
+
+LADDER_WINDOW = 8_000
+LADDER_CAP_BYTES = 4_096
+# The summary is reserved in every view once written: 400 tokens is 5 % of the default
+# 8,000-token window, enough for the digest to keep each ask and call of a span.
+LADDER_SUMMARY_TOKENS = 400
+LADDER_SUMMARY_INPUT_TOKENS = 8_000
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """One compaction ladder of the side-by-side run: its strategies, and whether it needs a
+    summarizer."""
+
+    name: str
+    strategies: tuple[Any, ...]
+    summarizes: bool = False
+
+
+def ladders(
+    summary_tokens: int = LADDER_SUMMARY_TOKENS,
+    summary_input_tokens: int = LADDER_SUMMARY_INPUT_TOKENS,
+) -> tuple[Ladder, ...]:
+    """The three ladders compared: the defaults, the defaults plus clear_tool_results, and
+    summarize in place of text truncation (drop_oldest still the last resort)."""
+    from contextfold.compaction.ladder import DEFAULT_STRATEGIES
+
+    defaults = tuple(DEFAULT_STRATEGIES)
+    at = defaults.index("truncate_long_text") + 1
+    summarize = {
+        "name": "summarize",
+        "max_input_tokens": summary_input_tokens,
+        "max_output_tokens": summary_tokens,
+    }
+    return (
+        Ladder("defaults", defaults),
+        Ladder("clear_tool_results", (*defaults[:at], "clear_tool_results", *defaults[at:])),
+        Ladder(
+            "summarize",
+            ("strip_thinking", "truncate_tool_results", summarize, "drop_oldest"),
+            summarizes=True,
+        ),
+    )
+
+
+@dataclass
+class LadderTally:
+    """What one ladder did on a run of requests."""
+
+    ladder: str
+    requests: int = 0
+    refused: int = 0
+    tokens_sent: int = 0  # the views sent, message by message (the provider's count)
+    tokens_cached: int = 0  # of those, the prefix shared with the previous request's view
+    over_budget: int = 0
+    split_groups: int = 0
+    compactions: int = 0
+    facts_needed: int = 0
+    facts_kept: int = 0
+    summary_calls: int = 0  # summary_stats, summed over conversations
+    summary_reused: int = 0
+    summary_written: int = 0
+    summary_failures: int = 0
+    summary_event_calls: int = 0  # the calls the context:summary events report
+
+    @property
+    def cache_share(self) -> float | None:
+        return self.tokens_cached / self.tokens_sent if self.tokens_sent else None
+
+    @property
+    def facts_kept_share(self) -> float | None:
+        return self.facts_kept / self.facts_needed if self.facts_needed else None
+
+
+def _provider_form(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A view message as a provider receives it: metadata is bookkeeping, never sent
+    (provider-scripted drops it before counting and comparing)."""
+    return {k: v for k, v in message.items() if k != "metadata"}
+
+
+async def replay_ladder(
+    conv: Conversation,
+    ladder: Ladder,
+    config: Mapping[str, Any],
+    window: int,
+    cap_bytes: int,
+    tally: LadderTally,
+) -> None:
+    """Replay one conversation under one ladder, adding what it did to ``tally``.
+
+    Cache share follows provider-scripted's prefix rule: the longest run of leading messages
+    identical to the previous request's, costed message by message by exact o200k count.
+    """
+    from contextfold import ContextFold, ContextLengthError
+    from contextfold.events import SUMMARY
+    from contextfold.summaries import scripted_summarizer
+
+    def on_event(event: str, data: dict[str, Any]) -> None:
+        if event == SUMMARY:
+            tally.summary_event_calls += int(data.get("calls", 0))
+
+    ctx = ContextFold(
+        {**config, "max_tool_result_bytes": cap_bytes, "strategies": list(ladder.strategies)},
+        summarizer=scripted_summarizer() if ladder.summarizes else None,
+        on_event=on_event,
+    )
+    count = _CountCache(ctx.counter)
+    history_text: list[str] = []
+    previous: list[dict[str, Any]] = []
+
+    async def request(next_index: int) -> None:
+        nonlocal previous
+        nxt = conv.messages[next_index] if next_index < len(conv.messages) else None
+        needed = facts_needed(nxt, "\n".join(history_text))
+        tally.requests += 1
+        tally.facts_needed += len(needed)
+        try:
+            view = await ctx.get_messages_for_request(token_budget=window)
+        except ContextLengthError:
+            tally.refused += 1
+            previous = []  # nothing was sent: the next request finds no cached prefix
+            return
+        sent = [_provider_form(m) for m in view]
+        costs = [count(m) for m in view]
+        shared = _common_prefix(previous, sent)
+        tally.tokens_sent += sum(costs)
+        tally.tokens_cached += sum(costs[:shared])
+        tally.over_budget += ctx.last_report.tokens_after > window
+        tally.split_groups += bool(group_problems(view))
+        tally.compactions += ctx.last_report.compacted
+        text = "\n".join(_message_text(m) for m in view)
+        tally.facts_kept += sum(1 for fact in needed if fact in text)
+        previous = sent
+
+    for index, message in enumerate(conv.messages):
+        if message["role"] == "assistant" and index > 0:
+            await request(index)
+        await ctx.add_message(dict(message))
+        history_text.append(_message_text(message))
+    await request(len(conv.messages))
+    stats = ctx.summary_stats
+    tally.summary_calls += stats.calls
+    tally.summary_reused += stats.reused
+    tally.summary_written += stats.written
+    tally.summary_failures += stats.failures
+
+
+async def compare_ladders(
+    conversations: Sequence[Conversation],
+    ladder_list: Sequence[Ladder],
+    config: Mapping[str, Any],
+    window: int,
+    cap_bytes: int,
+) -> dict[str, LadderTally]:
+    """Every conversation under every ladder, side by side in one run."""
+    tallies = {ladder.name: LadderTally(ladder.name) for ladder in ladder_list}
+    for conv in conversations:
+        for ladder in ladder_list:
+            await replay_ladder(conv, ladder, config, window, cap_bytes, tallies[ladder.name])
+    return tallies
+
+
+def ladder_summary_line(
+    tallies: Mapping[str, LadderTally],
+    *,
+    conversations: int,
+    window: int,
+    cap_bytes: int,
+    chain: int = 1,
+) -> str:
+    def part(t: LadderTally) -> str:
+        text = (
+            f"{t.ladder} {t.tokens_sent:,} tokens sent, {_pct(t.cache_share)} from the cache, "
+            f"{t.refused} refused, facts kept {_pct(t.facts_kept_share)}"
+        )
+        if t.summary_calls or t.summary_reused or t.summary_written:
+            text += (
+                f", summarizer calls/reused/written "
+                f"{t.summary_calls}/{t.summary_reused}/{t.summary_written}"
+            )
+        return text
+
+    over = sum(t.over_budget for t in tallies.values())
+    split = sum(t.split_groups for t in tallies.values())
+    sessions = f" ({chain} chained per session)" if chain > 1 else ""
+    return (
+        f"BFCL long-context, {conversations} conversations{sessions}, {window:,}-token window, "
+        f"tool results capped at {cap_bytes:,} bytes: "
+        + "; ".join(part(t) for t in tallies.values())
+        + f"; views over budget {over}, split groups {split}."
+    )
+
+
+def print_ladders(tallies: Mapping[str, LadderTally], summary_line: str, seconds: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 150)
+    table = Table(title="Ladders side by side")
+    table.add_column("metric")
+    for name in tallies:
+        table.add_column(name, justify="right")
+    metrics = (
+        ("requests", lambda t: f"{t.requests:,}"),
+        ("refused", lambda t: str(t.refused)),
+        ("tokens sent", lambda t: f"{t.tokens_sent:,}"),
+        ("cache share", lambda t: _pct(t.cache_share)),
+        ("tokens not from the cache", lambda t: f"{t.tokens_sent - t.tokens_cached:,}"),
+        ("compactions", lambda t: str(t.compactions)),
+        ("views over budget", lambda t: str(t.over_budget)),
+        ("views splitting a call group", lambda t: str(t.split_groups)),
+        ("summarizer calls / reused / written",
+         lambda t: f"{t.summary_calls} / {t.summary_reused} / {t.summary_written}"),
+        ("summaries failed", lambda t: str(t.summary_failures)),
+        ("facts kept", lambda t: f"{_pct(t.facts_kept_share)} of {t.facts_needed:,}"),
+    )  # fmt: skip
+    for label, render in metrics:
+        table.add_row(label, *(render(t) for t in tallies.values()))
+    console.print(table)
+    console.print(summary_line, highlight=False, soft_wrap=True)  # one line, quotable
+    console.print(f"wall time {seconds:.1f} s", highlight=False)
+
+
+def main_ladders(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    started = time.perf_counter()
+    window = args.window or LADDER_WINDOW
+    cap_bytes = args.cap_bytes
+    chain = args.chain or 1
+    conversations = build_corpus(args.category, args.limit).conversations
+    sessions = chain_conversations(conversations, chain) if chain > 1 else conversations
+    ladder_list = ladders(args.summary_tokens, args.summary_input_tokens)
+    tallies = asyncio.run(compare_ladders(sessions, ladder_list, config, window, cap_bytes))
+    line = ladder_summary_line(
+        tallies,
+        conversations=len(conversations),
+        window=window,
+        cap_bytes=cap_bytes,
+        chain=chain,
+    )
+    print_ladders(tallies, line, time.perf_counter() - started)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        report = {
+            "window": window,
+            "cap_bytes": cap_bytes,
+            "chain": chain,
+            "summary_tokens": args.summary_tokens,
+            "summary_input_tokens": args.summary_input_tokens,
+            "summary": line,
+            "ladders": {
+                t.ladder: asdict(t)
+                | {"cache_share": t.cache_share, "facts_kept_share": t.facts_kept_share}
+                for t in tallies.values()
+            },
+        }
         args.json.write_text(json.dumps(report, indent=1) + "\n")
         print(f"wrote {args.json}", file=sys.stderr)
     return 0
@@ -684,7 +956,8 @@ def main(argv: list[str] | None = None) -> int:
         "--window",
         type=int,
         default=None,
-        help=f"token budget ({DEFAULT_WINDOW:,}; {REFUSAL_WINDOW:,} with --refusals)",
+        help=f"token budget ({DEFAULT_WINDOW:,}; {REFUSAL_WINDOW:,} with --refusals, "
+        f"{LADDER_WINDOW:,} with --ladders)",
     )
     parser.add_argument(
         "--refusals",
@@ -692,16 +965,34 @@ def main(argv: list[str] | None = None) -> int:
         help="compare refusals with a naive drop-oldest policy, alone and chained",
     )
     parser.add_argument(
+        "--ladders",
+        action="store_true",
+        help="compare three ladders side by side (defaults, +clear_tool_results, summarize)",
+    )
+    parser.add_argument(
         "--cap-bytes",
         type=int,
         default=REFUSAL_CAP_BYTES,
-        help="with --refusals: ingress cap on tool results in bytes (both policies)",
+        help="with --refusals or --ladders: ingress cap on tool results in bytes",
+    )
+    parser.add_argument(
+        "--summary-tokens",
+        type=int,
+        default=LADDER_SUMMARY_TOKENS,
+        help="with --ladders: the summarize rung's max_output_tokens",
+    )
+    parser.add_argument(
+        "--summary-input-tokens",
+        type=int,
+        default=LADDER_SUMMARY_INPUT_TOKENS,
+        help="with --ladders: the summarize rung's max_input_tokens (also sets its block size)",
     )
     parser.add_argument(
         "--chain",
         type=int,
-        default=REFUSAL_CHAIN,
-        help="with --refusals: conversations chained into one session",
+        default=None,
+        help=f"conversations chained into one session (with --refusals: {REFUSAL_CHAIN}, run "
+        "beside one per session; with --ladders: 1)",
     )
     parser.add_argument(
         "--config",
@@ -718,7 +1009,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--window must be a positive number of tokens")
     if args.cap_bytes < 1024:
         parser.error("--cap-bytes must be at least 1024 (contextfold's minimum)")
-    if args.chain < 1:
+    if args.chain is not None and args.chain < 1:
         parser.error("--chain must be at least 1")
     try:
         config = json.loads(args.config)
@@ -726,8 +1017,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--config is not valid JSON: {exc}")
     if not isinstance(config, dict):
         parser.error("--config must be a JSON object of contextfold settings")
+    if args.refusals and args.ladders:
+        parser.error("--refusals and --ladders are separate runs: choose one")
+    if args.summary_tokens < 1:
+        parser.error("--summary-tokens must be a positive number of tokens")
     if args.refusals:
         return main_refusals(args, config)
+    if args.ladders:
+        if "strategies" in config:
+            parser.error("--ladders sets strategies itself; leave them out of --config")
+        return main_ladders(args, config)
     args.window = args.window or DEFAULT_WINDOW
 
     started = time.perf_counter()

@@ -1,0 +1,124 @@
+"""The BFCL replay bench's --ladders mode: three ladders side by side, counters consistent."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def _load(name: str) -> Any:
+    # bench/ is not a package: its modules import each other by file name.
+    sys.path.insert(0, str(_BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location(f"_bench_{name}", _BENCH / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(_BENCH))
+
+
+replay_mod = _load("bench_bfcl_replay")
+corpus_mod = _load("bfcl_corpus")
+
+
+@pytest.fixture(scope="module")
+def sessions() -> list[Any]:
+    # Twenty conversations chained five per session: long enough that every ladder compacts.
+    conversations = corpus_mod.build_conversations("long_context", limit=20)
+    return corpus_mod.chain_conversations(conversations, 5)
+
+
+def test_the_three_ladders_are_the_defaults_clear_and_summarize() -> None:
+    defaults, clear, summarize = replay_mod.ladders(300, 3_000)
+    assert defaults.strategies[-1] == "drop_oldest" and not defaults.summarizes
+    at = clear.strategies.index("clear_tool_results")
+    assert clear.strategies[at - 1] == "truncate_long_text"
+    assert [s for s in clear.strategies if s != "clear_tool_results"] == list(defaults.strategies)
+    assert summarize.summarizes
+    rung = summarize.strategies[2]
+    assert rung == {"name": "summarize", "max_input_tokens": 3_000, "max_output_tokens": 300}
+
+
+async def test_ladders_side_by_side_keep_their_counters_consistent(sessions: list[Any]) -> None:
+    window, cap = 4_000, 4_096
+    # A small summarizer budget makes small blocks, so the summarize rung acts on this sample.
+    ladder_list = replay_mod.ladders(200, 3_000)
+    tallies = await replay_mod.compare_ladders(sessions, ladder_list, {}, window, cap)
+    assert list(tallies) == ["defaults", "clear_tool_results", "summarize"]
+    requests = {t.requests for t in tallies.values()}
+    assert len(requests) == 1 and requests.pop() > 0  # the same requests for every ladder
+    for tally in tallies.values():
+        assert tally.over_budget == 0, tally
+        assert tally.split_groups == 0, tally
+        assert 0 < tally.tokens_cached < tally.tokens_sent
+        assert tally.compactions > 0
+        assert tally.facts_kept <= tally.facts_needed
+        # Summarizer calls as counted by summary_stats and as the events report them.
+        assert tally.summary_calls == tally.summary_event_calls
+        assert tally.summary_failures == 0
+    for name in ("defaults", "clear_tool_results"):
+        assert tallies[name].summary_calls == tallies[name].summary_written == 0
+    summarized = tallies["summarize"]
+    assert summarized.summary_calls > 0
+    assert summarized.summary_written == summarized.summary_calls  # each call wrote a record
+
+
+async def test_cache_share_follows_the_providers_prefix_rule() -> None:
+    # One conversation, no compaction in a window that holds it all: every request's view
+    # extends the previous one, so the cached tokens are exactly the previous views' sizes.
+    conv = corpus_mod.build_conversations("long_context", limit=1)[0]
+    (defaults, *_) = replay_mod.ladders()
+    tally = replay_mod.LadderTally("defaults")
+    await replay_mod.replay_ladder(conv, defaults, {}, 1_000_000, 4_096, tally)
+    assert tally.compactions == 0 and tally.refused == 0
+    assert tally.cache_share is not None and 0 < tally.cache_share < 1
+
+    from contextfold import ContextFold
+
+    ctx = ContextFold(max_tool_result_bytes=4_096)
+    sizes: list[int] = []
+    for index, message in enumerate(conv.messages):
+        if message["role"] == "assistant" and index > 0:
+            view = await ctx.get_messages_for_request(token_budget=1_000_000)
+            sizes.append(sum(ctx.counter.count_message(m) for m in view))
+        await ctx.add_message(dict(message))
+    view = await ctx.get_messages_for_request(token_budget=1_000_000)
+    sizes.append(sum(ctx.counter.count_message(m) for m in view))
+    assert tally.tokens_sent == sum(sizes)
+    assert tally.tokens_cached == sum(sizes[:-1])
+
+
+def test_ladders_cli_prints_a_table_and_a_quotable_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert replay_mod.main(["--ladders", "--limit", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "Ladders side by side" in out
+    line = next(row for row in out.splitlines() if row.startswith("BFCL long-context"))
+    assert "8,000-token window" in line and "4,096 bytes" in line
+    assert "views over budget 0, split groups 0." in line
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--ladders", "--refusals"], "choose one"),
+        (["--ladders", "--summary-tokens", "0"], "--summary-tokens"),
+        (["--ladders", "--config", '{"strategies": ["drop_oldest"]}'], "sets strategies"),
+        (["--ladders", "--chain", "0"], "--chain"),
+    ],
+)
+def test_ladders_cli_refuses_bad_arguments(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        replay_mod.main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
