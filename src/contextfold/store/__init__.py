@@ -1,0 +1,48 @@
+"""Durable sessions: the store interface and its three implementations.
+
+- :mod:`~contextfold.store.base`: :class:`SessionStore`, the stored shapes, the errors
+  (:class:`StoreError`, :class:`ConcurrentUpdateError`, :class:`StoreSchemaError`) and
+  :func:`append_at_end` (reload-and-retry for independent appends).
+- :mod:`~contextfold.store.memory`: :class:`MemoryStore`, the default.
+- :mod:`~contextfold.store.sqlite`: :class:`SqliteStore`, one file, WAL + synchronous=FULL.
+- ``contextfold.store.postgres``: ``PostgresStore`` for a fleet of workers (needs the
+  ``contextfold[postgres]`` extra; imported only when used).
+- :mod:`~contextfold.store.urls`: :func:`store_from_url` / :func:`open_store`.
+
+Every store is also a :class:`contextfold.summaries.SummaryStore`.
+"""
+
+from __future__ import annotations
+
+from contextfold.store.base import (
+    ConcurrentUpdateError,
+    SessionInfo,
+    SessionStore,
+    StoredMessage,
+    StoredSession,
+    StoredState,
+    StoreError,
+    StoreSchemaError,
+    append_at_end,
+)
+from contextfold.store.memory import MemoryStore
+from contextfold.store.schema import SCHEMA_VERSION
+from contextfold.store.sqlite import SqliteStore
+from contextfold.store.urls import open_store, store_from_url
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "ConcurrentUpdateError",
+    "MemoryStore",
+    "SessionInfo",
+    "SessionStore",
+    "SqliteStore",
+    "StoreError",
+    "StoreSchemaError",
+    "StoredMessage",
+    "StoredSession",
+    "StoredState",
+    "append_at_end",
+    "open_store",
+    "store_from_url",
+]

@@ -1,0 +1,360 @@
+"""The session store interface: what a durable contextfold session is made of.
+
+A session is an append-only log of admitted messages, each with the token cost it was
+admitted at (a resume never re-tokenizes), plus three small JSON documents: the manager's
+sticky compaction state (written with the sequence number it describes), the calibration
+ratios per model, and the last budget decision. Summary records are shared by every
+session of a store and keyed by the hash of what they cover.
+
+Sequence numbers order the log; nothing is ever ordered by time (two messages admitted in
+the same clock tick must come back in the order they were written: OpenAI Agents SDK
+#1900). Every append names the sequence number it expects to follow, so two writers of one
+session can never interleave silently: the one that lost the race gets
+:class:`ConcurrentUpdateError` and decides what to do (usually reload and retry, see
+:func:`append_at_end`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from contextfold.summaries.records import SummaryRecord
+
+__all__ = [
+    "DOCUMENT_VERSION",
+    "ConcurrentUpdateError",
+    "SessionInfo",
+    "SessionStore",
+    "StoreError",
+    "StoreSchemaError",
+    "StoredMessage",
+    "StoredSession",
+    "StoredState",
+    "append_at_end",
+    "assemble_session",
+    "check_cost",
+    "check_document",
+    "check_message_json",
+    "check_session_id",
+]
+
+# Version of the envelope the JSON documents (state, calibration, budget) are stored in.
+# The manager's snapshot inside is opaque to the store; a reader refuses a newer envelope.
+DOCUMENT_VERSION = 1
+
+
+class StoreError(Exception):
+    """A session store failed or refused: the message says what and what to do."""
+
+
+class StoreSchemaError(StoreError):
+    """The store's schema cannot be used by this code (newer than it, or not ours at all)."""
+
+
+class ConcurrentUpdateError(StoreError):
+    """Another writer moved the session on: ``expected_seq`` is no longer its last seq."""
+
+    def __init__(self, session_id: str, expected_seq: int, actual_seq: int) -> None:
+        super().__init__(
+            f"session {session_id!r} changed under this writer: it expected to follow seq "
+            f"{expected_seq}, but the store is at seq {actual_seq}. Another writer appended "
+            "first; nothing was written. Reload the session (open_session) and retry, or use "
+            "contextfold.store.append_at_end to append after whatever is there."
+        )
+        self.session_id = session_id
+        self.expected_seq = expected_seq
+        self.actual_seq = actual_seq
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """One admitted message as stored: its seq, its JSON text, its token cost."""
+
+    seq: int
+    message_json: str
+    cost: int
+
+    @property
+    def message(self) -> dict[str, Any]:
+        """The message as a dict (parsed on every call: keep the result)."""
+        value = json.loads(self.message_json)
+        if not isinstance(value, dict):
+            raise StoreError(f"stored message at seq {self.seq} is not a JSON object")
+        return value
+
+
+@dataclass(frozen=True)
+class StoredState:
+    """The manager's compaction snapshot and the seq of the last message it describes."""
+
+    seq: int
+    snapshot: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StoredSession:
+    """Everything a resume needs, read in one consistent snapshot of the store.
+
+    ``last_seq`` is 0 for a session never written. ``generation`` counts whole-session
+    replacements (:meth:`SessionStore.append_many`). ``state`` is None until a pass was
+    saved, and after a replacement (it described messages that are gone).
+    """
+
+    session_id: str
+    last_seq: int
+    generation: int
+    messages: tuple[StoredMessage, ...]
+    state: StoredState | None
+    calibration: dict[str, Any] | None
+    budget: dict[str, Any] | None
+
+    @property
+    def exists(self) -> bool:
+        return self.last_seq > 0 or self.generation > 0
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """One line of :meth:`SessionStore.list_sessions`."""
+
+    session_id: str
+    last_seq: int
+    generation: int
+    message_count: int
+
+
+@runtime_checkable
+class SessionStore(Protocol):
+    """Durable sessions and summary records. Every method is a coroutine.
+
+    A method returns only once its write is durable (committed and synced as the backend
+    allows); a method that raises wrote nothing.
+    """
+
+    async def open(self) -> None:
+        """Connect and check (or migrate) the schema; later calls do nothing.
+
+        Every other method opens the store on first use; call this to fail early.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Release connections and threads. The store may not be used afterwards."""
+        ...
+
+    async def open_session(self, session_id: str) -> StoredSession:
+        """The session's messages (in seq order), last seq and documents; empty if new."""
+        ...
+
+    async def append(self, session_id: str, expected_seq: int, message_json: str, cost: int) -> int:
+        """Append one message after ``expected_seq``; return its seq (``expected_seq + 1``).
+
+        ``expected_seq`` 0 creates the session. Raises :class:`ConcurrentUpdateError` when the
+        session's last seq is not ``expected_seq``.
+        """
+        ...
+
+    async def append_many(
+        self, session_id: str, expected_seq: int, messages: Sequence[tuple[str, int]]
+    ) -> int:
+        """Replace the whole session with ``messages`` ((json, cost) pairs) atomically.
+
+        The new messages take seqs ``expected_seq + 1 ...`` (seqs never go back, so a writer
+        holding an older seq still conflicts), the generation is bumped and the state
+        snapshot dropped. Returns the new last seq. Creates the session if needed.
+        """
+        ...
+
+    async def save_state(self, session_id: str, seq: int, snapshot: Mapping[str, Any]) -> None:
+        """Store the compaction snapshot describing the log up to ``seq``.
+
+        Refused with :class:`ConcurrentUpdateError` when a snapshot of a later seq is stored
+        (a slow writer never overwrites newer state), and with :class:`StoreError` when
+        ``seq`` is past the session's last seq.
+        """
+        ...
+
+    async def save_calibration(self, session_id: str, calibration: Mapping[str, Any]) -> None:
+        """Store the calibration ratios per model (replaces the previous document)."""
+        ...
+
+    async def save_budget(self, session_id: str, budget: Mapping[str, Any]) -> None:
+        """Store the last budget decision (replaces the previous document)."""
+        ...
+
+    async def list_sessions(self) -> list[SessionInfo]:
+        """Every stored session, by id."""
+        ...
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete a session's messages and documents (not its summary records, which other
+        sessions may reuse). True when something was deleted."""
+        ...
+
+    async def get(self, covered_hash: str) -> SummaryRecord | None:
+        """The summary record for this covered hash, or None."""
+        ...
+
+    async def put_if_absent(self, record: SummaryRecord) -> SummaryRecord:
+        """Insert ``record`` unless its hash is stored; return the record the store holds."""
+        ...
+
+    async def records(self, session_id: str | None = None) -> list[SummaryRecord]:
+        """Summary records in insertion order, optionally only one session's."""
+        ...
+
+
+async def append_at_end(
+    store: SessionStore,
+    session_id: str,
+    message_json: str,
+    cost: int,
+    *,
+    expected_seq: int = 0,
+    attempts: int = 100,
+) -> int:
+    """Append after whatever the session holds now: the documented reload-and-retry.
+
+    Tries ``expected_seq`` first and, on :class:`ConcurrentUpdateError`, retries at the seq
+    the error reports. Right for independent events that may land in any order (two workers
+    logging into one session); wrong for a writer whose message depends on the messages
+    before it, which must reload the session and rethink instead. Raises the last conflict
+    after ``attempts`` tries.
+    """
+    if attempts < 1:
+        raise ValueError("attempts must be at least 1")
+    seq = expected_seq
+    for attempt in range(attempts):
+        try:
+            return await store.append(session_id, seq, message_json, cost)
+        except ConcurrentUpdateError as conflict:
+            if attempt == attempts - 1:
+                raise
+            seq = conflict.actual_seq
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+# Checks shared by every backend, so bad input gets the same error everywhere.
+
+
+def check_session_id(session_id: object) -> str:
+    if not isinstance(session_id, str) or not session_id or len(session_id) > 512:
+        raise StoreError(
+            f"a session id must be a non-empty string of at most 512 characters, "
+            f"got {session_id!r:.80}"
+        )
+    if "\x00" in session_id:
+        raise StoreError("a session id may not contain a NUL character")
+    return session_id
+
+
+def check_seq(seq: object, name: str = "expected_seq") -> int:
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+        raise StoreError(f"{name} must be an integer >= 0, got {seq!r}")
+    return seq
+
+
+def check_cost(cost: object) -> int:
+    if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
+        raise StoreError(f"a message's token cost must be an integer >= 0, got {cost!r}")
+    return cost
+
+
+def check_message_json(message_json: object) -> str:
+    """The message must be a JSON object in text form: parsed once here, stored as given."""
+    if not isinstance(message_json, str):
+        raise StoreError(
+            f"message_json must be the message's JSON text (str), got {type(message_json).__name__}"
+        )
+    try:
+        value = json.loads(message_json)
+    except ValueError as error:
+        raise StoreError(f"message_json is not valid JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise StoreError(f"message_json must encode a JSON object, got {type(value).__name__}")
+    if "\x00" in message_json:
+        raise StoreError("message_json may not contain a raw NUL character")
+    return message_json
+
+
+def check_document(document: object, what: str) -> str:
+    """A document as the JSON text of its versioned envelope."""
+    if not isinstance(document, Mapping):
+        raise StoreError(f"the {what} must be a JSON object (a mapping), got {document!r:.80}")
+    try:
+        body = json.dumps(dict(document), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise StoreError(f"the {what} is not plain JSON: {error}") from None
+    return body
+
+
+def wrap_document(body_json: str) -> str:
+    return f'{{"version":{DOCUMENT_VERSION},"body":{body_json}}}'
+
+
+def unwrap_document(envelope_json: str, what: str, session_id: str) -> dict[str, Any]:
+    try:
+        envelope = json.loads(envelope_json)
+    except ValueError:
+        raise StoreError(f"the stored {what} of session {session_id!r} is not JSON") from None
+    if not isinstance(envelope, dict) or not isinstance(envelope.get("body"), dict):
+        raise StoreError(f"the stored {what} of session {session_id!r} has an unknown shape")
+    version = envelope.get("version")
+    if not isinstance(version, int) or version < 1:
+        raise StoreError(f"the stored {what} of session {session_id!r} has no valid version")
+    if version > DOCUMENT_VERSION:
+        raise StoreSchemaError(
+            f"the stored {what} of session {session_id!r} is version {version}, newer than "
+            f"this contextfold understands ({DOCUMENT_VERSION}); upgrade contextfold"
+        )
+    return envelope["body"]
+
+
+def check_record(record: object) -> SummaryRecord:
+    if not isinstance(record, SummaryRecord):
+        raise TypeError(f"expected a SummaryRecord, got {type(record).__name__}")
+    return record
+
+
+def record_json(record: SummaryRecord) -> str:
+    return json.dumps(record.to_dict(), ensure_ascii=False, separators=(",", ":"))
+
+
+def read_record(text: str) -> SummaryRecord:
+    from contextfold.summaries.records import SummaryRecordError
+
+    try:
+        return SummaryRecord.from_dict(json.loads(text))
+    except (ValueError, SummaryRecordError) as error:
+        raise StoreError(f"a stored summary record cannot be read: {error}") from None
+
+
+def assemble_session(
+    session_id: str,
+    last_seq: int,
+    generation: int,
+    messages: tuple[StoredMessage, ...],
+    documents: dict[str, tuple[int | None, str]],
+) -> StoredSession:
+    """Build a :class:`StoredSession` from a backend's rows (documents: kind -> (seq, json))."""
+    state = None
+    if "state" in documents:
+        seq, body = documents["state"]
+        state = StoredState(seq or 0, unwrap_document(body, "state", session_id))
+    calibration = budget = None
+    if "calibration" in documents:
+        calibration = unwrap_document(documents["calibration"][1], "calibration", session_id)
+    if "budget" in documents:
+        budget = unwrap_document(documents["budget"][1], "budget", session_id)
+    return StoredSession(
+        session_id=session_id,
+        last_seq=last_seq,
+        generation=generation,
+        messages=messages,
+        state=state,
+        calibration=calibration,
+        budget=budget,
+    )

@@ -1,0 +1,414 @@
+"""The PostgreSQL session store: one database shared by a fleet of workers.
+
+psycopg 3, async, with a connection pool (the ``contextfold[postgres]`` extra). Every
+operation is one transaction on one pooled connection. An append is a compare-and-set on
+the session row: ``UPDATE cf_sessions SET last_seq = last_seq + 1 WHERE session_id = $1 AND
+last_seq = $expected``. Under READ COMMITTED a concurrent writer's UPDATE waits for the row
+lock, then re-checks the WHERE clause against the committed row and matches nothing, so the
+loser sees zero rows and gets :class:`ConcurrentUpdateError`: there is no window in which
+both commit, and the (session_id, seq) primary key backs this up. A brand-new session is
+created with ``INSERT ... ON CONFLICT DO NOTHING``, which makes the second of two
+concurrent creators wait for the first and then lose the compare-and-set like any other
+writer: concurrent first writes are never dropped (OpenAI Agents SDK #2722).
+
+A commit returns once the server has flushed its WAL (``synchronous_commit = on``, the
+server default), so acknowledged means durable on the server.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from contextfold.store.base import (
+    ConcurrentUpdateError,
+    SessionInfo,
+    StoredMessage,
+    StoredSession,
+    StoreError,
+    StoreSchemaError,
+    assemble_session,
+    check_cost,
+    check_document,
+    check_message_json,
+    check_record,
+    check_seq,
+    check_session_id,
+    read_record,
+    record_json,
+    wrap_document,
+)
+from contextfold.store.schema import POSTGRES_MIGRATIONS, SCHEMA_VERSION, check_version
+from contextfold.summaries.records import SummaryRecord
+
+__all__ = ["PostgresStore"]
+
+# Serialises schema checks and migrations of workers starting at the same time.
+_MIGRATION_LOCK = 0x63666C64
+
+
+class PostgresStore:
+    """A :class:`~contextfold.store.base.SessionStore` in a PostgreSQL database."""
+
+    def __init__(
+        self, conninfo: str, *, min_size: int = 1, max_size: int = 4, timeout: float = 30.0
+    ) -> None:
+        self.conninfo = conninfo
+        self.timeout = timeout
+        self._pool = AsyncConnectionPool(
+            conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=timeout,
+            open=False,
+            kwargs={"autocommit": True},
+        )
+        self._opened = False
+        self._closed = False
+
+    @property
+    def where(self) -> str:
+        """The connection string without its password, for messages."""
+        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", self.conninfo)
+
+    async def open(self) -> None:
+        if self._closed:
+            raise StoreError(f"the PostgreSQL store {self.where} was closed")
+        if self._opened:
+            return
+        try:
+            await self._pool.open(wait=True, timeout=self.timeout)
+        except Exception as error:
+            raise StoreError(
+                f"cannot connect to PostgreSQL at {self.where}: {error}. Check that the server "
+                "runs and that the URL's host, port, database and user are right."
+            ) from None
+        self._opened = True
+        try:
+            async with self._pool.connection() as connection, connection.transaction():
+                await self._migrate(connection)
+        except psycopg.Error as error:
+            raise StoreError(f"PostgreSQL store {self.where} failed: {error}") from None
+
+    async def close(self) -> None:
+        self._closed = True
+        await self._pool.close()
+
+    async def _migrate(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        await connection.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        columns = await (
+            await connection.execute(
+                "SELECT column_name FROM information_schema.columns"
+                " WHERE table_schema = current_schema() AND table_name = 'schema_version'"
+            )
+        ).fetchall()
+        version = 0
+        if columns:
+            if [row[0] for row in columns] != ["version"]:
+                raise StoreSchemaError(
+                    f"{self.where} has a schema_version table of another application "
+                    f"(columns {[row[0] for row in columns]}); give contextfold its own "
+                    "database or schema"
+                )
+            row = await (
+                await connection.execute("SELECT max(version) FROM schema_version")
+            ).fetchone()
+            version = row[0] if row and row[0] is not None else 0
+        else:
+            await connection.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+        check_version(version, self.where)
+        for steps in POSTGRES_MIGRATIONS[version:]:
+            for statement in steps:
+                await connection.execute(statement)
+        if version != SCHEMA_VERSION:
+            await connection.execute("DELETE FROM schema_version")
+            await connection.execute("INSERT INTO schema_version VALUES (%s)", (SCHEMA_VERSION,))
+
+    def _connection(self) -> Any:
+        return self._pool.connection()
+
+    async def _ready(self) -> None:
+        if not self._opened:
+            await self.open()
+
+    # -- sessions ------------------------------------------------------------------------
+
+    async def open_session(self, session_id: str) -> StoredSession:
+        check_session_id(session_id)
+        await self._ready()
+        try:
+            async with self._connection() as connection, connection.transaction():
+                # One snapshot for the messages and the documents.
+                await connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                head = await (
+                    await connection.execute(
+                        "SELECT last_seq, generation FROM cf_sessions WHERE session_id = %s",
+                        (session_id,),
+                    )
+                ).fetchone()
+                rows = await (
+                    await connection.execute(
+                        "SELECT seq, message_json, cost FROM cf_messages"
+                        " WHERE session_id = %s ORDER BY seq",
+                        (session_id,),
+                    )
+                ).fetchall()
+                documents = await (
+                    await connection.execute(
+                        "SELECT kind, seq, body_json FROM cf_documents WHERE session_id = %s",
+                        (session_id,),
+                    )
+                ).fetchall()
+        except psycopg.Error as error:
+            raise self._explain(error) from None
+        last_seq, generation = head if head is not None else (0, 0)
+        messages = tuple(StoredMessage(seq, text, cost) for seq, text, cost in rows)
+        return assemble_session(
+            session_id,
+            last_seq,
+            generation,
+            messages,
+            {kind: (seq, body) for kind, seq, body in documents},
+        )
+
+    async def append(self, session_id: str, expected_seq: int, message_json: str, cost: int) -> int:
+        check_session_id(session_id)
+        check_seq(expected_seq)
+        check_message_json(message_json)
+        check_cost(cost)
+        await self._ready()
+        try:
+            async with self._connection() as connection, connection.transaction():
+                await self._advance(connection, session_id, expected_seq, 1, False)
+                await connection.execute(
+                    "INSERT INTO cf_messages VALUES (%s, %s, %s, %s)",
+                    (session_id, expected_seq + 1, message_json, cost),
+                )
+        except psycopg.errors.UniqueViolation:
+            # Unreachable while the compare-and-set holds; kept so a duplicate can never
+            # pass as success whatever changes around it.
+            raise ConcurrentUpdateError(session_id, expected_seq, expected_seq + 1) from None
+        except psycopg.Error as error:
+            raise self._explain(error) from None
+        return expected_seq + 1
+
+    async def append_many(
+        self, session_id: str, expected_seq: int, messages: Sequence[tuple[str, int]]
+    ) -> int:
+        check_session_id(session_id)
+        check_seq(expected_seq)
+        rows = [
+            (session_id, expected_seq + offset, check_message_json(text), check_cost(cost))
+            for offset, (text, cost) in enumerate(messages, start=1)
+        ]
+        await self._ready()
+        try:
+            async with self._connection() as connection, connection.transaction():
+                await self._advance(connection, session_id, expected_seq, len(rows), True)
+                await connection.execute(
+                    "DELETE FROM cf_messages WHERE session_id = %s", (session_id,)
+                )
+                await connection.execute(
+                    "DELETE FROM cf_documents WHERE session_id = %s AND kind = 'state'",
+                    (session_id,),
+                )
+                async with connection.cursor() as cursor:
+                    await cursor.executemany(
+                        "INSERT INTO cf_messages VALUES (%s, %s, %s, %s)", rows
+                    )
+        except psycopg.Error as error:
+            raise self._explain(error) from None
+        return expected_seq + len(rows)
+
+    @staticmethod
+    async def _advance(
+        connection: psycopg.AsyncConnection[Any],
+        session_id: str,
+        expected_seq: int,
+        count: int,
+        new_generation: bool,
+    ) -> None:
+        if expected_seq == 0:
+            await connection.execute(
+                "INSERT INTO cf_sessions VALUES (%s, 0, 0) ON CONFLICT DO NOTHING", (session_id,)
+            )
+        moved = await (
+            await connection.execute(
+                "UPDATE cf_sessions SET last_seq = last_seq + %s, generation = generation + %s"
+                " WHERE session_id = %s AND last_seq = %s RETURNING last_seq",
+                (count, 1 if new_generation else 0, session_id, expected_seq),
+            )
+        ).fetchone()
+        if moved is None:
+            row = await (
+                await connection.execute(
+                    "SELECT last_seq FROM cf_sessions WHERE session_id = %s", (session_id,)
+                )
+            ).fetchone()
+            raise ConcurrentUpdateError(session_id, expected_seq, row[0] if row else 0)
+
+    async def save_state(self, session_id: str, seq: int, snapshot: Mapping[str, Any]) -> None:
+        check_session_id(session_id)
+        check_seq(seq, "seq")
+        body = wrap_document(check_document(snapshot, "state snapshot"))
+        await self._ready()
+        try:
+            async with self._connection() as connection, connection.transaction():
+                last = await self._locked_last_seq(connection, session_id)
+                if seq > last:
+                    raise StoreError(
+                        f"state for seq {seq} of session {session_id!r}, whose last seq is "
+                        f"{last}: save the messages first"
+                    )
+                row = await (
+                    await connection.execute(
+                        "SELECT seq FROM cf_documents WHERE session_id = %s AND kind = 'state'",
+                        (session_id,),
+                    )
+                ).fetchone()
+                if row is not None and row[0] > seq:
+                    raise ConcurrentUpdateError(session_id, seq, row[0])
+                await connection.execute(
+                    "INSERT INTO cf_documents VALUES (%s, 'state', %s, %s)"
+                    " ON CONFLICT (session_id, kind)"
+                    " DO UPDATE SET seq = EXCLUDED.seq, body_json = EXCLUDED.body_json",
+                    (session_id, seq, body),
+                )
+        except psycopg.Error as error:
+            raise self._explain(error) from None
+
+    async def save_calibration(self, session_id: str, calibration: Mapping[str, Any]) -> None:
+        await self._save_document(session_id, "calibration", calibration)
+
+    async def save_budget(self, session_id: str, budget: Mapping[str, Any]) -> None:
+        await self._save_document(session_id, "budget", budget)
+
+    async def _save_document(self, session_id: str, kind: str, document: Mapping[str, Any]) -> None:
+        check_session_id(session_id)
+        body = wrap_document(check_document(document, kind))
+        await self._ready()
+        try:
+            async with self._connection() as connection, connection.transaction():
+                await self._locked_last_seq(connection, session_id)
+                await connection.execute(
+                    "INSERT INTO cf_documents VALUES (%s, %s, NULL, %s)"
+                    " ON CONFLICT (session_id, kind) DO UPDATE SET body_json = EXCLUDED.body_json",
+                    (session_id, kind, body),
+                )
+        except psycopg.Error as error:
+            raise self._explain(error) from None
+
+    @staticmethod
+    async def _locked_last_seq(connection: psycopg.AsyncConnection[Any], session_id: str) -> int:
+        # FOR SHARE: a concurrent delete_session or replacement waits for this write.
+        row = await (
+            await connection.execute(
+                "SELECT last_seq FROM cf_sessions WHERE session_id = %s FOR SHARE", (session_id,)
+            )
+        ).fetchone()
+        if row is None:
+            raise StoreError(f"session {session_id!r} does not exist: append a message first")
+        return int(row[0])
+
+    async def list_sessions(self) -> list[SessionInfo]:
+        await self._ready()
+        try:
+            async with self._connection() as connection:
+                rows = await (
+                    await connection.execute(
+                        "SELECT s.session_id, s.last_seq, s.generation,"
+                        " (SELECT count(*) FROM cf_messages m WHERE m.session_id = s.session_id)"
+                        " FROM cf_sessions s ORDER BY s.session_id"
+                    )
+                ).fetchall()
+        except psycopg.Error as error:
+            raise self._explain(error) from None
+        return [SessionInfo(sid, last, gen, int(count)) for sid, last, gen, count in rows]
+
+    async def delete_session(self, session_id: str) -> bool:
+        check_session_id(session_id)
+        await self._ready()
+        try:
+            async with self._connection() as connection, connection.transaction():
+                deleted = await connection.execute(
+                    "DELETE FROM cf_sessions WHERE session_id = %s", (session_id,)
+                )
+                await connection.execute(
+                    "DELETE FROM cf_messages WHERE session_id = %s", (session_id,)
+                )
+                await connection.execute(
+                    "DELETE FROM cf_documents WHERE session_id = %s", (session_id,)
+                )
+        except psycopg.Error as error:
+            raise self._explain(error) from None
+        return deleted.rowcount > 0
+
+    # -- summary records (contextfold.summaries.SummaryStore) -------------------------------
+
+    async def get(self, covered_hash: str) -> SummaryRecord | None:
+        await self._ready()
+        try:
+            async with self._connection() as connection:
+                row = await (
+                    await connection.execute(
+                        "SELECT record_json FROM cf_summaries WHERE covered_hash = %s",
+                        (covered_hash,),
+                    )
+                ).fetchone()
+        except psycopg.Error as error:
+            raise self._explain(error) from None
+        return None if row is None else read_record(row[0])
+
+    async def put_if_absent(self, record: SummaryRecord) -> SummaryRecord:
+        check_record(record)
+        text = record_json(record)
+        await self._ready()
+        try:
+            async with self._connection() as connection:
+                # ON CONFLICT waits for a concurrent inserter of the same hash to commit;
+                # the SELECT (a new statement, a new snapshot) then reads the winner.
+                await connection.execute(
+                    "INSERT INTO cf_summaries (covered_hash, session_id, record_json)"
+                    " VALUES (%s, %s, %s) ON CONFLICT (covered_hash) DO NOTHING",
+                    (record.covered_hash, record.session_id, text),
+                )
+                row = await (
+                    await connection.execute(
+                        "SELECT record_json FROM cf_summaries WHERE covered_hash = %s",
+                        (record.covered_hash,),
+                    )
+                ).fetchone()
+        except psycopg.Error as error:
+            raise self._explain(error) from None
+        if row is None:
+            raise StoreError(f"summary record {record.covered_hash} vanished after its insert")
+        return record if row[0] == text else read_record(row[0])
+
+    async def records(self, session_id: str | None = None) -> list[SummaryRecord]:
+        await self._ready()
+        try:
+            async with self._connection() as connection:
+                if session_id is None:
+                    cursor = await connection.execute(
+                        "SELECT record_json FROM cf_summaries ORDER BY position"
+                    )
+                else:
+                    cursor = await connection.execute(
+                        "SELECT record_json FROM cf_summaries WHERE session_id = %s"
+                        " ORDER BY position",
+                        (session_id,),
+                    )
+                rows = await cursor.fetchall()
+        except psycopg.Error as error:
+            raise self._explain(error) from None
+        return [read_record(row[0]) for row in rows]
+
+    def _explain(self, error: psycopg.Error) -> StoreError:
+        return StoreError(
+            f"the PostgreSQL store {self.where} failed ({type(error).__name__}): {error}; "
+            "nothing was written"
+        )
