@@ -57,6 +57,7 @@ __all__ = ["APPLICATION_ID", "SqliteStore"]
 # and another application's SQLite file is refused instead of written into: b"cfld".
 APPLICATION_ID = int.from_bytes(b"cfld", "big")
 _SQLITE_HEADER = b"SQLite format 3\x00"
+_SQLITE_HEADER_SIZE = 100
 _T = TypeVar("_T")
 
 
@@ -150,6 +151,9 @@ class SqliteStore:
             raise StoreError(f"cannot open the SQLite store {self.path}: {error}") from None
         try:
             connection.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            # Recognise the file before anything writes to it: switching to WAL rewrites the
+            # header, and another application's database must be left exactly as it was.
+            self._check_ours(connection)
             mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if mode != "wal":
                 raise StoreError(f"{self.path} cannot use WAL journaling (got {mode!r})")
@@ -172,14 +176,23 @@ class SqliteStore:
         if not self.path.exists() or self.path.stat().st_size == 0:
             return
         with self.path.open("rb") as file:
-            header = file.read(len(_SQLITE_HEADER))
-        if header != _SQLITE_HEADER:
+            header = file.read(_SQLITE_HEADER_SIZE)
+        if header.startswith(_SQLITE_HEADER) or _SQLITE_HEADER.startswith(header):
+            if len(header) < _SQLITE_HEADER_SIZE:
+                raise StoreError(
+                    f"{self.path} is a truncated SQLite file ({len(header)} bytes, shorter than "
+                    "a database header). Restore it from a backup or point the store at "
+                    "another file; contextfold will not write into it."
+                )
+            return
+        if header[: len(_SQLITE_HEADER)] != _SQLITE_HEADER:
             raise StoreError(
                 f"{self.path} is not a SQLite database (its first bytes are {header[:8]!r}); "
                 "point the store at a new file or an existing contextfold store"
             )
 
-    def _migrate(self, connection: sqlite3.Connection) -> None:
+    def _check_ours(self, connection: sqlite3.Connection) -> tuple[set[str], int]:
+        """The file's tables and application id; refuses another application's database."""
         tables = {
             row[0]
             for row in connection.execute(
@@ -196,6 +209,10 @@ class SqliteStore:
                 f"{application_id:#x}, tables {sorted(tables)[:5]}), not a contextfold store; "
                 "point the store at a new file"
             )
+        return tables, application_id
+
+    def _migrate(self, connection: sqlite3.Connection) -> None:
+        tables, application_id = self._check_ours(connection)
         version = 0
         if "schema_version" in tables:
             row = connection.execute("SELECT max(version) FROM schema_version").fetchone()
