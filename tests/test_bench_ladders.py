@@ -122,3 +122,44 @@ def test_ladders_cli_refuses_bad_arguments(
         replay_mod.main(argv)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- the demo's task
+
+demo_mod = _load("bench_demo_ladders")
+
+
+async def test_demo_summarize_run_counts_every_summary_request_and_resumes_without_calls() -> None:
+    from contextfold.cli.demo import DemoSettings
+
+    variant = demo_mod.summarize_variant(
+        "summary 400", rung={"name": "summarize", "max_output_tokens": 400}
+    )
+    run = await demo_mod.run_variant(DemoSettings(), variant, resume=True)
+    assert run.completed and run.requests_over_window == 0
+    assert run.summaries_written > 0 and run.summary_failures == 0
+    # The provider's summary requests, the context's calls and its events agree.
+    assert run.summary_requests == run.summary_calls == run.summary_event_calls
+    assert run.summary_tokens > 0
+    assert run.total_tokens == run.chat_tokens + run.summary_tokens
+    assert 0 < run.cache_read_tokens < run.chat_tokens
+    resume = run.resume
+    assert resume is not None and resume.records_before == run.summaries_written
+    assert resume.repeat_calls == 0  # no span the run summarized is summarized again
+    assert resume.records_reused > 0
+
+
+async def test_demo_uncompacted_run_is_the_baseline_of_the_goal() -> None:
+    from contextfold.cli.demo import DemoSettings
+
+    settings = DemoSettings(steps=12)
+    uncompacted, defaults, _ = demo_mod.base_variants()
+    base = await demo_mod.run_variant(settings, uncompacted, resume=False)
+    managed = await demo_mod.run_variant(settings, defaults, resume=False)
+    assert base.compactions == 0 and base.summary_requests == 0
+    assert base.requests_over_window > 0  # the task outgrows the window without compaction
+    assert managed.requests_over_window == 0 and managed.compactions > 0
+    assert managed.total_tokens < base.total_tokens
+    line = demo_mod.goal_line(managed, base)
+    assert line.startswith("context-fold defaults: ") and "issue 10's goal" in line
+    assert demo_mod.meets_goal(base, base) is False  # 0 % saved: never the goal
