@@ -736,6 +736,7 @@ class LadderTally:
     summary_written: int = 0
     summary_failures: int = 0
     summary_event_calls: int = 0  # the calls the context:summary events report
+    summary_tokens: int = 0  # what the summarizer read and wrote (prompt, span, answer)
 
     @property
     def cache_share(self) -> float | None:
@@ -744,6 +745,30 @@ class LadderTally:
     @property
     def facts_kept_share(self) -> float | None:
         return self.facts_kept / self.facts_needed if self.facts_needed else None
+
+
+class MeteredSummarizer:
+    """The scripted summarizer, metered as an adapter would send it: the summary prompt and
+    the span as one transcript in, the summary out (o200k). Library use records no provider
+    usage, and the summarizer's cost belongs in a ladder's totals."""
+
+    def __init__(self) -> None:
+        from contextfold.summaries import scripted_summarizer
+
+        self._inner = scripted_summarizer()
+        self.name = self._inner.name
+        self.prompt = self._inner.prompt
+        self.tokens = 0
+
+    async def __call__(self, messages: list[dict[str, Any]], max_tokens: int) -> str:
+        from contextfold.summaries.transcript import render_transcript
+
+        answer = await self._inner(messages, max_tokens)
+        counter = self._inner.counter
+        self.tokens += counter.count_text(self.prompt.text)
+        self.tokens += counter.count_text(render_transcript(messages))
+        self.tokens += counter.count_text(answer)
+        return answer
 
 
 def _provider_form(message: Mapping[str, Any]) -> dict[str, Any]:
@@ -767,15 +792,15 @@ async def replay_ladder(
     """
     from contextfold import ContextFold, ContextLengthError
     from contextfold.events import SUMMARY
-    from contextfold.summaries import scripted_summarizer
 
     def on_event(event: str, data: dict[str, Any]) -> None:
         if event == SUMMARY:
             tally.summary_event_calls += int(data.get("calls", 0))
 
+    summarizer = MeteredSummarizer() if ladder.summarizes else None
     ctx = ContextFold(
         {**config, "max_tool_result_bytes": cap_bytes, "strategies": list(ladder.strategies)},
-        summarizer=scripted_summarizer() if ladder.summarizes else None,
+        summarizer=summarizer,
         on_event=on_event,
     )
     count = _CountCache(ctx.counter)
@@ -817,6 +842,7 @@ async def replay_ladder(
     tally.summary_reused += stats.reused
     tally.summary_written += stats.written
     tally.summary_failures += stats.failures
+    tally.summary_tokens += summarizer.tokens if summarizer is not None else 0
 
 
 async def compare_ladders(
@@ -850,7 +876,8 @@ def ladder_summary_line(
         if t.summary_calls or t.summary_reused or t.summary_written:
             text += (
                 f", summarizer calls/reused/written "
-                f"{t.summary_calls}/{t.summary_reused}/{t.summary_written}"
+                f"{t.summary_calls}/{t.summary_reused}/{t.summary_written} "
+                f"({t.summary_tokens:,} tokens)"
             )
         return text
 
@@ -885,6 +912,7 @@ def print_ladders(tallies: Mapping[str, LadderTally], summary_line: str, seconds
         ("views splitting a call group", lambda t: str(t.split_groups)),
         ("summarizer calls / reused / written",
          lambda t: f"{t.summary_calls} / {t.summary_reused} / {t.summary_written}"),
+        ("summarizer tokens (in + out)", lambda t: f"{t.summary_tokens:,}"),
         ("summaries failed", lambda t: str(t.summary_failures)),
         ("facts kept", lambda t: f"{_pct(t.facts_kept_share)} of {t.facts_needed:,}"),
     )  # fmt: skip

@@ -70,6 +70,8 @@ async def test_ladders_side_by_side_keep_their_counters_consistent(sessions: lis
     summarized = tallies["summarize"]
     assert summarized.summary_calls > 0
     assert summarized.summary_written == summarized.summary_calls  # each call wrote a record
+    assert summarized.summary_tokens > 0  # the summarizer's cost is metered
+    assert tallies["defaults"].summary_tokens == tallies["clear_tool_results"].summary_tokens == 0
 
 
 async def test_cache_share_follows_the_providers_prefix_rule() -> None:
