@@ -323,7 +323,7 @@ def resume_line(run: LadderRun) -> str:
     )
 
 
-def cache_bound(uncompacted: LadderRun, runs: Sequence[LadderRun]) -> str:
+def cache_bound(uncompacted: LadderRun, runs: Sequence[LadderRun], input_limit: int) -> str:
     """What prompt-cache share any compaction of this task can reach, in a sawtooth model.
 
     Every token the task adds is sent uncached once (``new``: the uncompacted run's uncached
@@ -343,14 +343,11 @@ def cache_bound(uncompacted: LadderRun, runs: Sequence[LadderRun]) -> str:
         f"cache bound: {new:,} new tokens over {requests} requests, views of at most "
         f"{largest:,} tokens: no compaction that rewrites the view after its head can serve "
         f"more than {bound:.0%} from the cache here; {CACHE_GOAL:.0%} needs views of about "
-        f"{needed:,.0f} tokens."
+        f"{needed:,.0f} tokens (the provider's input limit is {input_limit:,})."
     )
 
 
-async def measure(sweep: bool) -> list[LadderRun]:
-    from contextfold.cli.demo import DemoSettings
-
-    settings = DemoSettings()
+async def measure(settings: Any, sweep: bool) -> list[LadderRun]:
     variants = base_variants() + (sweep_variants() if sweep else ())
     runs = []
     for variant in variants:
@@ -366,11 +363,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, help="also write the runs to this JSON file")
     args = parser.parse_args(argv)
+    from contextfold.cli.demo import DemoSettings
+
     started = time.perf_counter()
-    runs = asyncio.run(measure(args.sweep))
+    settings = DemoSettings()
+    runs = asyncio.run(measure(settings, args.sweep))
     uncompacted, compacted = runs[0], runs[1:]
     lines = [goal_line(run, uncompacted) for run in compacted]
-    lines.append(cache_bound(uncompacted, compacted))
+    input_limit = settings.window - settings.max_output_tokens
+    lines.append(cache_bound(uncompacted, compacted, input_limit))
     lines += [resume_line(run) for run in compacted if run.resume is not None]
     print_runs(runs, lines, time.perf_counter() - started)
     if args.json:

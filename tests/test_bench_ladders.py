@@ -165,3 +165,29 @@ async def test_demo_uncompacted_run_is_the_baseline_of_the_goal() -> None:
     line = demo_mod.goal_line(managed, base)
     assert line.startswith("context-fold defaults: ") and "issue 10's goal" in line
     assert demo_mod.meets_goal(base, base) is False  # 0 % saved: never the goal
+
+
+def _run(label: str, chat: int, cached: int, largest: int, requests: int = 41) -> Any:
+    return demo_mod.LadderRun(
+        label=label, chat_requests=requests, summary_requests=0, chat_tokens=chat,
+        summary_tokens=0, cache_read_tokens=cached, largest_request=largest,
+        requests_over_window=0, compactions=0, rungs_used=[], summary_calls=0,
+        summaries_written=0, summaries_reused=0, summary_failures=0, summary_event_calls=0,
+        completed=True,
+    )  # fmt: skip
+
+
+def test_cache_bound_is_the_sawtooth_limit() -> None:
+    # 40,000 new tokens over 40 requests in views of at most 10,000: 1 - 2*40000/(40*10000).
+    uncompacted = _run("without compaction", 500_000, 460_000, 40_000, requests=40)
+    line = demo_mod.cache_bound(uncompacted, [_run("a", 1, 0, 10_000)], input_limit=15_000)
+    assert "more than 80% from the cache" in line
+    # 85 % needs views of 2 * 40000 / (40 * 0.15) tokens.
+    assert "views of about 13,333 tokens" in line and "input limit is 15,000" in line
+
+
+def test_goal_needs_both_the_cache_share_and_the_saving() -> None:
+    base = _run("without compaction", 1_000_000, 950_000, 50_000)
+    assert demo_mod.meets_goal(_run("both", 300_000, 270_000, 10_000), base)
+    assert not demo_mod.meets_goal(_run("cache only", 500_000, 450_000, 10_000), base)
+    assert not demo_mod.meets_goal(_run("saving only", 300_000, 240_000, 10_000), base)
