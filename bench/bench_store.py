@@ -1,0 +1,318 @@
+"""What durability costs: session-store appends and resumes beside the in-memory store.
+
+Measured side by side in one run, on this machine's disk and a PostgreSQL server started
+for the run (the machine's own binaries on a Unix socket in a temp dir, as the tests do):
+
+append       ``append`` throughput with 1 session, and with 8 sessions appended to
+             concurrently from one process (8 asyncio tasks, one store), for memory://,
+             sqlite:/// (WAL, synchronous=FULL: one fsync per acknowledged append) and
+             postgresql:// (one commit per append). Per-message time and ratio to memory.
+resume       ``open_session`` of a 10,000-message session (messages and their token costs
+             read back; every other message a ~2 KB tool result) beside what a resume
+             without stored costs would pay: counting every message again with the exact
+             o200k counter, and re-admitting every message into a fresh ``ContextFold``
+             (what a resume costs today).
+fleet        PostgreSQL: 8 worker processes append a fixed count each to 64 shared sessions,
+             each from its own (often stale) idea of a session's last seq; a lost race is a
+             ConcurrentUpdateError and the worker retries at the seq it reports. Afterwards
+             every session must be gapless and every message stored exactly once: zero lost,
+             zero duplicated, conflicts counted.
+
+Run::
+
+    uv run python bench/bench_store.py
+    uv run python bench/bench_store.py --messages 500 --fleet-count 100 --no-postgres
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+from contextfold.store import ConcurrentUpdateError, SessionStore, open_store
+
+ROOT = Path(__file__).resolve().parent.parent
+FLEET_SESSIONS = 64
+
+
+def load_server_helper() -> ModuleType:
+    """tests/store_support.py, which knows how to start a throwaway PostgreSQL."""
+    spec = importlib.util.spec_from_file_location(
+        "_store_support", ROOT / "tests" / "store_support.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def payload(n: int) -> str:
+    # A typical short chat turn (~300 bytes of JSON).
+    return json.dumps(
+        {
+            "role": "assistant" if n % 2 else "user",
+            "content": f"message {n}: " + "the agent reads the file and reports back. " * 6,
+            "metadata": {"timestamp": "2026-01-01T00:00:00Z"},
+        }
+    )
+
+
+def agent_turn(n: int) -> str:
+    """Resume material shaped like an agent's log: every other message a ~2 KB tool result."""
+    if n % 2 == 0:
+        return payload(n)
+    lines = "\n".join(f"src/module_{n}_{i}.py: def handler_{i}(request): ..." for i in range(40))
+    return json.dumps({"role": "tool", "tool_call_id": f"call_{n}", "content": lines})
+
+
+async def append_rate(store: SessionStore, sessions: int, per_session: int, tag: str) -> float:
+    """Seconds per appended message, ``sessions`` sessions appended to concurrently."""
+
+    async def one(session_id: str) -> None:
+        seq = 0
+        for n in range(per_session):
+            seq = await store.append(session_id, seq, payload(n), 60)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(f"{tag}-{s}") for s in range(sessions)))
+    return (time.perf_counter() - started) / (sessions * per_session)
+
+
+async def bench_appends(urls: dict[str, str], messages: int) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = []
+    for sessions in (1, 8):
+        per_session = max(1, messages // sessions)
+        base = None
+        for name, url in urls.items():
+            store = await open_store(url)
+            await append_rate(store, 1, 5, f"warm{sessions}")  # connect, migrate, warm up
+            seconds = await append_rate(store, sessions, per_session, f"run{sessions}")
+            await store.close()
+            base = seconds if base is None else base
+            rows.append(
+                {
+                    "store": name,
+                    "sessions": sessions,
+                    "messages": sessions * per_session,
+                    "us_per_message": seconds * 1e6,
+                    "messages_per_s": 1 / seconds,
+                    "x_memory": seconds / base,
+                }
+            )
+    return rows
+
+
+async def bench_resume(url: str, size: int) -> dict[str, object]:
+    from contextfold.tokens import build_counter
+
+    store = await open_store(url)
+    await store.append_many("resume", 0, [(agent_turn(n), 60) for n in range(size)])
+    await store.close()
+    store = await open_store(url)
+    started = time.perf_counter()
+    session = await store.open_session("resume")
+    messages = [stored.message for stored in session.messages]
+    load = time.perf_counter() - started
+    await store.close()
+    counter = build_counter("exact")
+    started = time.perf_counter()
+    for message in messages:
+        counter.count_message(message)
+    count = time.perf_counter() - started
+    readmit = await readmission_seconds(messages)
+    return {
+        "messages": size,
+        "load_s": load,
+        "recount_s": count,
+        "ratio": load / count,
+        "readmit_s": readmit,
+        "readmit_ratio": load / readmit,
+    }
+
+
+async def readmission_seconds(messages: list[dict[str, object]]) -> float:
+    """What a resume costs today: a fresh ContextFold admitting every message again."""
+    from contextfold import ContextFold
+
+    context = ContextFold()
+    started = time.perf_counter()
+    for message in messages:
+        await context.add_message(dict(message))
+    return time.perf_counter() - started
+
+
+def fleet_worker(url: str, worker: int, count: int, seed: int) -> None:
+    """One fleet process: ``count`` appends to random shared sessions; prints a summary."""
+
+    async def run() -> None:
+        store = await open_store(url)
+        rng = random.Random(seed)
+        known: dict[str, int] = {}  # this worker's idea of each session's last seq
+        conflicts = 0
+        for n in range(count):
+            session_id = f"fleet-{rng.randrange(FLEET_SESSIONS)}"
+            message = json.dumps({"role": "user", "content": f"w{worker}-{n}"})
+            seq = known.get(session_id, 0)
+            while True:
+                try:
+                    known[session_id] = await store.append(session_id, seq, message, 1)
+                    break
+                except ConcurrentUpdateError as conflict:
+                    conflicts += 1
+                    seq = conflict.actual_seq
+        await store.close()
+        print(json.dumps({"worker": worker, "appended": count, "conflicts": conflicts}))
+
+    asyncio.run(run())
+
+
+def bench_fleet(url: str, workers: int, count: int) -> dict[str, object]:
+    started = time.perf_counter()
+    processes = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--fleet-worker", url, str(w), str(count)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for w in range(workers)
+    ]
+    reports = []
+    for process in processes:
+        out, _ = process.communicate(timeout=600)
+        if process.returncode != 0:
+            raise SystemExit(f"a fleet worker failed with exit code {process.returncode}")
+        reports.append(json.loads(out))
+    elapsed = time.perf_counter() - started
+
+    async def audit() -> tuple[int, int, int]:
+        store = await open_store(url)
+        seen: dict[str, int] = {}
+        gaps = 0
+        for info in await store.list_sessions():
+            if not info.session_id.startswith("fleet-"):
+                continue
+            session = await store.open_session(info.session_id)
+            seqs = [stored.seq for stored in session.messages]
+            gaps += seqs != list(range(1, len(seqs) + 1))
+            for stored in session.messages:
+                content = stored.message["content"]
+                seen[content] = seen.get(content, 0) + 1
+        await store.close()
+        expected = {f"w{w}-{n}" for w in range(workers) for n in range(count)}
+        lost = len(expected - seen.keys())
+        duplicated = sum(times - 1 for times in seen.values() if times > 1)
+        return lost, duplicated, gaps
+
+    lost, duplicated, gaps = asyncio.run(audit())
+    return {
+        "workers": workers,
+        "sessions": FLEET_SESSIONS,
+        "appended": sum(r["appended"] for r in reports),
+        "conflicts": sum(r["conflicts"] for r in reports),
+        "lost": lost,
+        "duplicated": duplicated,
+        "sessions_with_gaps": gaps,
+        "seconds": elapsed,
+    }
+
+
+def table(rows: list[dict[str, object]], columns: list[tuple[str, str, Callable[..., str]]]) -> str:
+    head = "| " + " | ".join(title for _, title, _ in columns) + " |"
+    rule = "|" + "|".join("---" for _ in columns) + "|"
+    body = ["| " + " | ".join(fmt(row[key]) for key, _, fmt in columns) + " |" for row in rows]
+    return "\n".join([head, rule, *body])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=2000, help="appends per measurement")
+    parser.add_argument("--resume-size", type=int, default=10_000)
+    parser.add_argument("--fleet-workers", type=int, default=8)
+    parser.add_argument("--fleet-count", type=int, default=500, help="appends per worker")
+    parser.add_argument("--no-postgres", action="store_true", help="SQLite and memory only")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--fleet-worker", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.fleet_worker:
+        url, worker, count = args.fleet_worker
+        fleet_worker(url, int(worker), int(count), seed=int(worker))
+        return
+
+    helper = load_server_helper()
+    server = None
+    if not args.no_postgres:
+        reason = helper.postgres_unavailable()
+        if reason:
+            print(f"PostgreSQL skipped: {reason}")
+        else:
+            server = helper.PostgresServer("bench").start()
+    workdir = Path(tempfile.mkdtemp(prefix="cf-bench-store-"))
+    try:
+        urls = {"memory": "memory://", "sqlite": f"sqlite:///{workdir}/bench.db"}
+        if server is not None:
+            urls["postgresql"] = server.url
+        appends = asyncio.run(bench_appends(urls, args.messages))
+        resume = asyncio.run(bench_resume(f"sqlite:///{workdir}/resume.db", args.resume_size))
+        fleet = None
+        if server is not None:
+            fleet = bench_fleet(
+                server.fresh_database("fleet"), args.fleet_workers, args.fleet_count
+            )
+    finally:
+        if server is not None:
+            server.stop()
+        for leftover in workdir.iterdir():
+            leftover.unlink()
+        workdir.rmdir()
+
+    print(f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs")
+    print("\nAppends (one durable append per message):\n")
+    print(
+        table(
+            appends,
+            [
+                ("store", "store", str),
+                ("sessions", "sessions", str),
+                ("messages", "messages", str),
+                ("us_per_message", "µs / message", lambda v: f"{v:,.1f}"),
+                ("messages_per_s", "messages / s", lambda v: f"{v:,.0f}"),
+                ("x_memory", "× memory", lambda v: f"{v:,.0f}"),
+            ],
+        )
+    )
+    print(
+        f"\nResume of {resume['messages']:,} messages from SQLite: load {resume['load_s']:.3f} s, "
+        f"re-counting them exactly {resume['recount_s']:.3f} s; load / recount = "
+        f"{resume['ratio']:.1%}; re-admitting them into a fresh ContextFold "
+        f"{resume['readmit_s']:.3f} s; load / re-admission = {resume['readmit_ratio']:.1%}"
+    )
+    if fleet is not None:
+        print(
+            f"\nFleet on PostgreSQL: {fleet['workers']} processes, {fleet['sessions']} sessions, "
+            f"{fleet['appended']:,} appends in {fleet['seconds']:.1f} s; conflicts "
+            f"{fleet['conflicts']:,} (each retried); lost {fleet['lost']}, duplicated "
+            f"{fleet['duplicated']}, sessions with a gap {fleet['sessions_with_gaps']}"
+        )
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(
+            json.dumps({"appends": appends, "resume": resume, "fleet": fleet}, indent=2)
+        )
+    if fleet is not None and (fleet["lost"] or fleet["duplicated"] or fleet["sessions_with_gaps"]):
+        raise SystemExit("the fleet lost or duplicated messages")
+
+
+if __name__ == "__main__":
+    main()
