@@ -34,6 +34,14 @@ async def test_a_schema_newer_than_the_code_is_refused_clearly(server: PostgresS
         await open_store(url)
     text = str(caught.value)
     assert f"version {SCHEMA_VERSION + 1}" in text and "newer" in text and "upgrade" in text
+    refused = PostgresStore(url)
+    for _ in range(2):  # refused on every call, not only the first
+        with pytest.raises(StoreSchemaError):
+            await refused.append("s", 1, '{"a":2}', 1)
+    await refused.close()
+    async with await psycopg.AsyncConnection.connect(url) as raw:
+        rows = await (await raw.execute("SELECT count(*) FROM cf_messages")).fetchone()
+    assert rows == (1,)
 
 
 async def test_an_old_version_1_database_migrates_forward(server: PostgresServer) -> None:

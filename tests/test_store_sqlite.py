@@ -62,6 +62,8 @@ async def test_a_schema_newer_than_the_code_is_refused_clearly(tmp_path: Path) -
         await store.open_session("s")
     text = str(caught.value)
     assert f"version {SCHEMA_VERSION + 1}" in text and "newer" in text and "upgrade" in text
+    with pytest.raises(StoreSchemaError):  # refused on every call, not only the first
+        await store.append("s", 1, '{"a":2}', 1)
     await store.close()
     with sqlite3.connect(path) as raw:  # refused means untouched
         assert raw.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION + 1

@@ -275,8 +275,6 @@ def check_message_json(message_json: object) -> str:
         raise StoreError(f"message_json is not valid JSON: {error}") from None
     if not isinstance(value, dict):
         raise StoreError(f"message_json must encode a JSON object, got {type(value).__name__}")
-    if "\x00" in message_json:
-        raise StoreError("message_json may not contain a raw NUL character")
     return message_json
 
 

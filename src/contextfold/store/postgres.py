@@ -17,6 +17,7 @@ server default), so acknowledged means durable on the server.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -68,6 +69,7 @@ class PostgresStore:
             kwargs={"autocommit": True},
         )
         self._opened = False
+        self._opening = asyncio.Lock()
         self._closed = False
 
     @property
@@ -78,8 +80,11 @@ class PostgresStore:
     async def open(self) -> None:
         if self._closed:
             raise StoreError(f"the PostgreSQL store {self.where} was closed")
-        if self._opened:
-            return
+        async with self._opening:
+            if not self._opened:
+                await self._open_and_migrate()
+
+    async def _open_and_migrate(self) -> None:
         try:
             await self._pool.open(wait=True, timeout=self.timeout)
         except Exception as error:
@@ -87,12 +92,13 @@ class PostgresStore:
                 f"cannot connect to PostgreSQL at {self.where}: {error}. Check that the server "
                 "runs and that the URL's host, port, database and user are right."
             ) from None
-        self._opened = True
         try:
             async with self._pool.connection() as connection, connection.transaction():
                 await self._migrate(connection)
         except psycopg.Error as error:
             raise StoreError(f"PostgreSQL store {self.where} failed: {error}") from None
+        # Only now: a store whose schema was refused stays refused on every later call.
+        self._opened = True
 
     async def close(self) -> None:
         self._closed = True
