@@ -30,7 +30,7 @@ from pathlib import Path
 
 PG_ENABLE_HINT = (
     "PostgreSQL server binaries (initdb, pg_ctl) not found: apt-get install postgresql "
-    "(or put /usr/lib/postgresql/*/bin on PATH) to run the PostgreSQL store tests"
+    "to run the PostgreSQL store tests"
 )
 
 
@@ -50,6 +50,25 @@ def postgres_unavailable() -> str | None:
     if os.geteuid() == 0 and shutil.which("runuser") is None:
         return "running as root without runuser: PostgreSQL refuses to run as root"
     return None
+
+
+REQUIRE_ENV = "CONTEXTFOLD_REQUIRE_POSTGRES"
+
+
+def start_or_skip() -> PostgresServer:
+    """A started server for a test fixture; without binaries, skip (or fail, in CI).
+
+    CI sets ``CONTEXTFOLD_REQUIRE_POSTGRES=1`` so a missing server is a failure there, never
+    a silent skip.
+    """
+    import pytest
+
+    reason = postgres_unavailable()
+    if reason and os.environ.get(REQUIRE_ENV):
+        pytest.fail(f"{REQUIRE_ENV} is set but {reason}")
+    if reason:
+        pytest.skip(reason)
+    return PostgresServer().start()
 
 
 class PostgresServer:

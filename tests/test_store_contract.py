@@ -24,17 +24,14 @@ from contextfold.store import (
     open_store,
 )
 from contextfold.summaries import SummaryRecord, SummaryStore, covered_hash
-from store_support import PostgresServer, postgres_unavailable
+from store_support import PostgresServer, start_or_skip
 
 _databases = itertools.count()
 
 
 @pytest.fixture(scope="module")
 def postgres_server() -> Iterator[PostgresServer]:
-    reason = postgres_unavailable()
-    if reason:
-        pytest.skip(reason)
-    server = PostgresServer().start()
+    server = start_or_skip()
     yield server
     server.stop()
 

@@ -10,15 +10,12 @@ import pytest
 
 from contextfold.store import SCHEMA_VERSION, StoreSchemaError, open_store
 from contextfold.store.postgres import PostgresStore
-from store_support import PostgresServer, postgres_unavailable
+from store_support import PostgresServer, start_or_skip
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[PostgresServer]:
-    reason = postgres_unavailable()
-    if reason:
-        pytest.skip(reason)
-    started = PostgresServer().start()
+    started = start_or_skip()
     yield started
     started.stop()
 

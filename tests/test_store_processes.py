@@ -20,17 +20,14 @@ from pathlib import Path
 import pytest
 
 from contextfold.store import open_store
-from store_support import PostgresServer, postgres_unavailable
+from store_support import PostgresServer, start_or_skip
 
 WORKER = str(Path(__file__).with_name("store_support.py"))
 
 
 @pytest.fixture(scope="module")
 def postgres_server() -> Iterator[PostgresServer]:
-    reason = postgres_unavailable()
-    if reason:
-        pytest.skip(reason)
-    server = PostgresServer().start()
+    server = start_or_skip()
     yield server
     server.stop()
 
