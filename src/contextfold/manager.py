@@ -55,6 +55,7 @@ from .summaries import (
     Summarizer,
     SummaryFailure,
     SummaryFolder,
+    SummaryRecord,
     SummaryStore,
     covered_hash,
 )
@@ -166,6 +167,7 @@ class ContextFold:
         # (protection held it up): the next pass then waits until the view has really
         # grown, instead of re-running on every request for a few tokens.
         self._missed_target_at: int | None = None
+        self._summaries_adopted = False  # a resumed history takes up its stored summary once
         self._reminders: dict[str, int] = {}
         for index, entry in enumerate(history.entries):
             self._index_reminder(index, entry.info.reminder, entry.message)
@@ -433,10 +435,18 @@ class ContextFold:
             def raw(tokens: int) -> int:
                 return max(0, math.floor((tokens - overhead) / ratio) - request_raw)
 
+            base, adopted = self._state, False
+            blocks: list[tuple[int, ...]] = []
+            free = 0
+            if self._folder is not None:
+                if base.summary_record is None and not self._summaries_adopted:
+                    found = await self._adopted_summaries(base, self._folder.store)
+                    base, adopted = (found, True) if found is not None else (base, False)
+                blocks, free = await self._summary_blocks(base)
             compact = partial(
                 run_pass,
                 history,
-                self._state,
+                base,
                 counter=self.counter,
                 target_raw=raw(target),
                 limit_raw=raw(trigger),
@@ -450,13 +460,14 @@ class ContextFold:
                 notice_enabled=cfg.compaction_notice_enabled,
                 notice_verbosity=cfg.compaction_notice_verbosity,
                 notice_min_level=cfg.compaction_notice_min_level,
+                summary_blocks=blocks,
+                summary_free_blocks=free,
             )
-            if self._folder is not None:
-                blocks, free = await self._summary_blocks()
-                compact = partial(compact, summary_blocks=blocks, summary_free_blocks=free)
             result = compact(ladder=self._ladder)
             if result.state.pending_summary:
-                result = await self._summarized(result, compact, raw(budget) - request_raw)
+                result = await self._summarized(
+                    result, compact, raw(budget) - request_raw, base.summary_record
+                )
             after_raw = result.raw_total + result.notice_cost + request_raw
             after = math.ceil(after_raw * ratio) + overhead
             if after > budget:
@@ -474,8 +485,9 @@ class ContextFold:
                 # the next request without it does not keep it.
                 delivered = assemble_view(history, result.state, result.notice)
                 delivered_raw = after_raw
-            elif changed and (after_raw < before_raw or over_budget):
+            elif changed and (after_raw < before_raw or over_budget or adopted):
                 self._commit(result)
+                self._summaries_adopted = self._summaries_adopted or adopted
                 messages_after = math.ceil(result.raw_total * ratio) + overhead
                 self._missed_target_at = None if messages_after <= target else messages_after
             else:
@@ -515,7 +527,11 @@ class ContextFold:
         return self._deliver(delivered, delivered_raw, decision, report, result, system_prompt)
 
     async def _summarized(
-        self, result: PassResult, compact: Callable[..., PassResult], budget_raw: int
+        self,
+        result: PassResult,
+        compact: Callable[..., PassResult],
+        budget_raw: int,
+        record: SummaryRecord | None,
     ) -> PassResult:
         """Fold the turns the pass summarized into the summary the view carries; if the
         summarizer fails (or its summary would not fit), plan the pass again without the
@@ -525,7 +541,6 @@ class ContextFold:
         rung = self._summarize_rung
         assert rung is not None
         pending = state.pending_summary
-        record = self._state.summary_record
         ids: list[int] = []
         calls = reused = written = 0
         failed: SummaryFailure | None = None
@@ -581,24 +596,71 @@ class ContextFold:
         )
         return compact(ladder=tuple(r for r in self._ladder if not isinstance(r, Summarize)))
 
-    async def _summary_blocks(self) -> tuple[list[tuple[int, ...]], int]:
+    async def _summary_blocks(self, state: FoldState) -> tuple[list[tuple[int, ...]], int]:
         """History's summary blocks, and the index of the first one that would need a
         summarizer call (those before it are summarized or have a record in the store)."""
         rung, folder = self._summarize_rung, self._folder
         assert rung is not None and folder is not None
         history = self._history
         blocks = summary_blocks(history, rung.span_budget)
-        summarized = self._state.summarized_units
-        previous = self._state.summary_record
+        removed = state.removed_units  # summarized units are among them
+        previous = state.summary_record
         for position, block in enumerate(blocks[:-1]):
-            if all(u in summarized for u in block):
+            left = [u for u in block if u not in removed]
+            if not left:
                 continue
-            messages = [history.entries[i].message for u in block for i in history.units[u].entries]
+            messages = [history.entries[i].message for u in left for i in history.units[u].entries]
             found = await folder.store.get(covered_hash(messages, previous=previous))
             if found is None:
                 return blocks, position
             previous = found
         return blocks, len(blocks)
+
+    async def _adopted_summaries(self, base: FoldState, store: SummaryStore) -> FoldState | None:
+        """A resumed history (or another worker's) takes up the summary its records already
+        make: the longest chain of stored records, from the first, whose covered messages
+        still hash the same here. Its turns leave the view with the summary standing for
+        them, with no summarizer call; turns the original run dropped stay until a pass
+        decides about them. Returns the state to plan from, or None (nothing to take up)."""
+        history = self._history
+        records = await store.records()
+        successors: dict[str | None, list[Any]] = {}
+        for record in records:
+            successors.setdefault(record.previous_hash, []).append(record)
+        chain = None
+        links = 0
+        while True:
+            done = len(chain.history_ids) if chain is not None else 0
+            follow = None
+            for record in successors.get(chain.covered_hash if chain else None, []):
+                new_ids = record.history_ids[done:]
+                if (
+                    not new_ids
+                    or max(new_ids) >= len(history)
+                    or record.history_ids[:done] != (chain.history_ids if chain else ())
+                ):
+                    continue
+                messages = [history.entries[i].message for i in new_ids]
+                if covered_hash(messages, previous=chain) == record.covered_hash and (
+                    follow is None or len(record.history_ids) > len(follow.history_ids)
+                ):
+                    follow = record
+            if follow is None:
+                break
+            chain, links = follow, links + 1
+        units = {history.entries[i].unit for i in chain.history_ids} if chain else set()
+        covered = set(chain.history_ids) if chain else set()
+        if chain is None or any(i not in covered for u in units for i in history.units[u].entries):
+            self._summaries_adopted = True  # nothing (of this history's) to take up
+            return None
+        state = base.copy()
+        state.summarized_units |= units
+        state.removed_units |= units
+        state.summary = summary_message(chain.text, chain.history_ids)
+        state.summary_cost = self.counter.count_message(state.summary)
+        state.summary_record = chain
+        self.summary_stats.reused += links
+        return state
 
     def _notice_reserve(self, budget: int) -> int:
         """Tokens set aside for the notice: the configured reserve, at most a tenth of the
@@ -732,6 +794,12 @@ class ContextFold:
             await self._events.emit(REPAIRED, repair.to_event())
 
     # -- introspection -------------------------------------------------------------------
+
+    @property
+    def summary_store(self) -> SummaryStore | None:
+        """Where summary records are kept (None without a summarize rung): give the same
+        store to a resumed context or another worker and they reuse its summaries."""
+        return self._folder.store if self._folder is not None else None
 
     @property
     def repairs(self) -> list[Repair]:

@@ -90,12 +90,14 @@ class Summarize:
         chosen: list[tuple[int, ...]] = []
         span_raw = 0
         for position, block in enumerate(work.summary_blocks[:-1]):  # a last block still grows
-            if all(u in state.summarized_units for u in block):
+            # What of the block is still in the view (drop_oldest may have taken some).
+            left = tuple(u for u in block if u not in state.removed_units)
+            if not left:
                 continue
-            if any(u in state.removed_units or work.protection.unit_reason(u) for u in block):
-                break  # blocks are summarized in order, whole
-            chosen.append(block)
-            span_raw += sum(history.unit_cost(history.units[u], state.truncated) for u in block)
+            if any(work.protection.unit_reason(u) for u in left):
+                break  # blocks are summarized in order
+            chosen.append(left)
+            span_raw += sum(history.unit_cost(history.units[u], state.truncated) for u in left)
             if position >= work.summary_free_blocks:
                 break  # this block needs a call: one per pass
         messages = sum(len(history.units[u].entries) for block in chosen for u in block)
