@@ -146,3 +146,30 @@ def unstamped(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 del message["metadata"]
         out.append(message)
     return out
+
+
+# amplifier-core's engine sometimes crashes while the interpreter shuts down (a fatal error in
+# PyGILState_Release, or a segmentation fault) after the validator has printed its verdict and
+# chosen its exit status. Run the kernel's own CLI and exit with that status before teardown,
+# so the tests judge the validator, not the shutdown.
+_KERNEL_CLI = """
+import os, sys
+from amplifier_core.cli import cli
+try:
+    cli.main(args=sys.argv[1:], prog_name="amplifier-core", standalone_mode=False)
+    code = 0
+except SystemExit as exit:
+    code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+except Exception as error:
+    print(f"{type(error).__name__}: {error}", file=sys.stderr)
+    code = 1
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(code)
+"""
+
+
+def kernel_cli(*args: str) -> list[str]:
+    """The command line running ``amplifier-core <args>`` (see `_KERNEL_CLI`)."""
+    import sys
+
+    return [sys.executable, "-c", _KERNEL_CLI, *args]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ from amplifier_core.testing import MockCoordinator
 
 from contextfold import ConfigError, ContextFold
 from contextfold.amplifier import METER_HOOK_NAME, METER_PRIORITY, mount
-from support import agent_run
+from support import agent_run, kernel_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -241,14 +240,7 @@ async def test_session_resolves_context_fold_by_module_id() -> None:
 
 def test_kernel_validator_accepts_the_module() -> None:
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "amplifier_core.cli",
-            "validate",
-            "context",
-            str(ROOT / "src" / "contextfold" / "amplifier"),
-        ],
+        kernel_cli("validate", "context", str(ROOT / "src" / "contextfold" / "amplifier")),
         capture_output=True,
         text=True,
         timeout=120,

@@ -22,6 +22,7 @@ from amplifier_core.module_sources import ModuleSource
 from amplifier_core.testing import MockCoordinator
 
 from contextfold import ContextFold
+from support import kernel_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = "git+https://github.com/example/contextfold@main"
@@ -166,7 +167,7 @@ async def test_a_tree_without_the_packages_fails_as_the_issue_reported(
 def test_kernel_validator_accepts_each_package(module_id: str) -> None:
     kind, package = MODULES[module_id]
     result = subprocess.run(
-        [sys.executable, "-m", "amplifier_core.cli", "validate", kind, str(ROOT / package)],
+        kernel_cli("validate", kind, str(ROOT / package)),
         capture_output=True,
         text=True,
         timeout=120,

@@ -7,6 +7,7 @@ them a command says so in one line and exits 2, instead of a traceback naming a 
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
@@ -32,5 +33,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
 
 
+def console() -> None:
+    """The console script: run, flush, and leave without interpreter teardown.
+
+    amplifier-core's engine sometimes crashes while the interpreter shuts down after a
+    session ran (a fatal error in PyGILState_Release, or a segmentation fault, after all
+    output was written), which would turn a finished command's status into 134 or 139.
+    Everything the command writes is closed by the time `main` returns, so skipping the
+    teardown loses nothing.
+    """
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()
