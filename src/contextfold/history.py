@@ -122,15 +122,26 @@ class History:
 
     # -- admission ---------------------------------------------------------------------
 
-    def prepare(self, message: Any, *, index: int | None = None) -> Admission:
-        """Validate, cap and count ``message`` against this history without changing it."""
+    def prepare(
+        self, message: Any, *, index: int | None = None, cost: int | None = None
+    ) -> Admission:
+        """Validate, cap and count ``message`` against this history without changing it.
+
+        ``cost`` is given for a message restored from a durable store: it was admitted (a
+        private plain-JSON copy, capped) and counted before, so neither is done again.
+        """
         position = len(self.entries) if index is None else index
-        message = to_plain(message)
-        info = inspect_message(message, index=position)
-        # A private deep copy made of plain JSON types: later edits to the caller's dict
-        # cannot reach history, and everything stored is known to serialise.
-        stored = json.loads(canonical_json(message, index=position))
-        capped, clips = cap_tool_result(stored, self.max_tool_result_bytes)
+        clips: list[IngressClip] = []
+        if cost is None:
+            message = to_plain(message)
+            info = inspect_message(message, index=position)
+            # A private deep copy made of plain JSON types: later edits to the caller's dict
+            # cannot reach history, and everything stored is known to serialise.
+            stored = json.loads(canonical_json(message, index=position))
+            capped, clips = cap_tool_result(stored, self.max_tool_result_bytes)
+        else:
+            info = inspect_message(message, index=position)
+            capped = message
 
         pending = self.units[self.open_unit].pending if self.open_unit is not None else []
         matched: list[str] = []
@@ -172,7 +183,8 @@ class History:
             view = request_form(view)  # history-only metadata stays out of the view
         if pending and not matched and info.kind is not Kind.ASSISTANT and view is not None:
             repairs.append(Repair(INSIDE_CALL_GROUP, position, tuple(pending)))
-        cost = self.counter.count_message(view) if view is not None else 0
+        if cost is None:
+            cost = self.counter.count_message(view) if view is not None else 0
         return Admission(
             message=capped,
             info=info,

@@ -17,8 +17,9 @@ from functools import partial
 from typing import Any
 
 from .budget import BudgetDecision, derive_budget
+from .compaction import snapshot as fold_snapshot
 from .compaction.floor import floor_error
-from .compaction.planner import PassResult, assemble_view, run_pass
+from .compaction.planner import PassResult, assemble_view, run_pass, view_raw_total
 from .compaction.summarize import Summarize, id_ranges, summary_blocks, summary_message
 from .compaction.working import FoldState
 from .config import ContextConfig
@@ -50,6 +51,9 @@ from .recall import DEFAULT_MAX_TOKENS as DEFAULT_RECALL_TOKENS
 from .recall import recall_message
 from .repair import Repair
 from .report import RequestReport, compaction_event
+from .store.base import SessionStore, StoreError
+from .store.link import SessionLink
+from .store.urls import store_from_url
 from .summaries import (
     InMemorySummaryStore,
     Summarizer,
@@ -87,6 +91,25 @@ class _SystemPrompt:
 NOTICE_MAX_SHARE = 0.10
 
 logger = logging.getLogger(__name__)
+
+
+def _session_link(store: str | SessionStore | None, session_id: str | None) -> SessionLink | None:
+    """The durable session ``store`` (a URL or a store object) and ``session_id`` name."""
+    if store is None:
+        if session_id is not None:
+            raise ConfigError("session_id names a stored session: give store= as well")
+        return None
+    if not isinstance(session_id, str) or not session_id:
+        raise ConfigError(
+            "a store needs the session's id: ContextFold(store=..., session_id='...') (in "
+            "Amplifier the kernel's session id is used)"
+        )
+    if isinstance(store, str):
+        try:
+            store = store_from_url(store)
+        except StoreError as error:
+            raise ConfigError(str(error)) from None
+    return SessionLink(store, session_id)
 
 
 def _summary_folder(
@@ -130,9 +153,14 @@ class ContextFold:
         counter: TokenCounter | None = None,
         summarizer: Summarizer | None = None,
         summary_store: SummaryStore | None = None,
+        store: str | SessionStore | None = None,
+        session_id: str | None = None,
         **settings: Any,
     ) -> None:
         self.config = ContextConfig.resolve(config, settings)
+        self._link = _session_link(store, session_id)
+        if self._link is not None and summary_store is None:
+            summary_store = self._link.store  # summaries live with the session
         self.counter: TokenCounter = counter or build_counter(
             self.config.token_counter, model=self.config.token_model
         )
@@ -148,6 +176,9 @@ class ContextFold:
         self._refit_cap: int | None = None
         self._system_prompt_factory: SystemPromptFactory | None = None
         self._system_prompt_cost: tuple[str, int] | None = None  # last text and its raw cost
+        self._link_loaded = False
+        self._state_dirty = False  # a committed pass not yet saved to the durable session
+        self._last_persisted_budget: tuple[int, int | None] | None = None
         self.last_report: RequestReport | None = None
         self.token_meter_stats: MeterStats | None = None
         self._reset_history(History(self.counter, self.config.max_tool_result_bytes))
@@ -188,7 +219,11 @@ class ContextFold:
         # new dict when stamped, so the caller's is never touched.
         message = stamp_timestamp(message)
         async with self._lock:
+            await self._loaded()
             admission = self._history.prepare(message)
+            if self._link is not None:
+                # Durable before it is acknowledged; a lost race raises, history unchanged.
+                await self._link.append(admission)
             appended = self._history.append(admission)
             entry = appended.entry
             if appended.reordered:
@@ -224,10 +259,13 @@ class ContextFold:
                 # The provider refused a request we believed fit: what it allows is below our
                 # estimate of the window. Keep the refit budget as a cap on later requests.
                 self._refit_cap = min(token_budget, self._refit_cap or token_budget)
+            await self._loaded()
             decision = decision.with_refit_cap(self._refit_cap)
             view, events = await self._plan_request(
                 decision, hard_fit, required_reminders, self._system_prompt_view(system_prompt)
             )
+            if self._link is not None:
+                await self._persist()
         for event, data in events:
             await self._events.emit(event, data)
         return view
@@ -268,6 +306,7 @@ class ContextFold:
     async def get_messages(self) -> list[dict[str, Any]]:
         """The whole history exactly as admitted (copies: editing them changes nothing)."""
         async with self._lock:
+            await self._loaded()
             return [detached(e.message) for e in self._history.entries]
 
     async def set_messages(self, messages: list[dict[str, Any]]) -> None:
@@ -281,6 +320,9 @@ class ContextFold:
         fresh = History(self.counter, self.config.max_tool_result_bytes)
         clips = fresh.extend(messages)
         async with self._lock:
+            await self._loaded()
+            if self._link is not None:
+                await self._link.replace(fresh)
             self._reset_history(fresh)
         await self._emit_admission(clips, fresh.repairs)
 
@@ -292,12 +334,17 @@ class ContextFold:
         ``offset`` on and capped at ``max_tokens`` (a longer text ends with a marker giving
         the offset to continue from). Raises `RecallError` (a ValueError) for an unknown id."""
         async with self._lock:
+            await self._loaded()
             return recall_message(self._history, recall_id, max_tokens, self.counter, offset=offset)
 
     async def clear(self) -> None:
         """Forget every message (calibration and configuration stay)."""
         async with self._lock:
-            self._reset_history(History(self.counter, self.config.max_tool_result_bytes))
+            await self._loaded()
+            empty = History(self.counter, self.config.max_tool_result_bytes)
+            if self._link is not None:
+                await self._link.replace(empty)
+            self._reset_history(empty)
 
     # -- the meter -----------------------------------------------------------------------
 
@@ -330,6 +377,8 @@ class ContextFold:
         # A zero reading (an error response, a cached no-op) teaches nothing about the ratio.
         if isinstance(self.counter, CalibratedCounter) and reading.view_raw and reading.actual > 0:
             update = self.counter.observe(model, reading.view_raw, reading.actual)
+            if self._link is not None:
+                await self._link.save_calibration(self.counter.snapshot())
             await self._events.emit(CALIBRATION, update.to_event())
 
     # -- the request path ------------------------------------------------------------------
@@ -616,6 +665,68 @@ class ContextFold:
             previous = found
         return blocks, len(blocks)
 
+    async def _loaded(self) -> None:
+        """On first use of a durable session: its history (costs as stored, nothing counted
+        again), the sticky state when it describes exactly that history, calibration and
+        the refit cap, so the next view is the one the last process would have delivered."""
+        link = self._link
+        if link is None or self._link_loaded:
+            return
+        loaded = await link.load(self.counter, self.config.max_tool_result_bytes)
+        self._link_loaded = True
+        self._reset_history(loaded.history)
+        if loaded.state is not None:
+            try:
+                state, notice, notice_cost, missed = fold_snapshot.restore(loaded.state)
+            except (KeyError, TypeError, ValueError):
+                logger.warning("context-fold: stored compaction state unreadable; planning afresh")
+            else:
+                self._commit_restored(state, notice, notice_cost, missed)
+        if loaded.calibration and isinstance(self.counter, CalibratedCounter):
+            self.counter.restore(loaded.calibration)
+        if loaded.budget:
+            cap = loaded.budget.get("refit_cap")
+            self._refit_cap = cap if isinstance(cap, int) and cap > 0 else None
+
+    def _commit_restored(
+        self,
+        state: FoldState,
+        notice: dict[str, Any] | None,
+        notice_cost: int,
+        missed_target_at: int | None,
+    ) -> None:
+        history = self._history
+        self._state = state
+        self._notice, self._notice_cost = notice, notice_cost
+        self._view_raw = view_raw_total(history, state)
+        self._view = assemble_view(history, state, notice)
+        units = history.units
+        self._removed_messages = sum(len(units[u].entries) for u in state.removed_units)
+        self._missed_target_at = missed_target_at
+        self._summaries_adopted = state.summary_record is not None
+
+    async def _persist(self) -> None:
+        """Save what this request changed: the sticky state after a committed pass, the
+        budget (with the refit cap) when it moved."""
+        link = self._link
+        assert link is not None
+        if self._state_dirty:
+            self._state_dirty = False
+            await link.save_state(
+                fold_snapshot.snapshot(
+                    self._state,
+                    notice=self._notice,
+                    notice_cost=self._notice_cost,
+                    missed_target_at=self._missed_target_at,
+                )
+            )
+        budget = self._last_persisted_budget
+        if self.last_report is not None and (self.last_report.budget, self._refit_cap) != budget:
+            self._last_persisted_budget = (self.last_report.budget, self._refit_cap)
+            await link.save_budget(
+                {"effective_budget": self.last_report.budget, "refit_cap": self._refit_cap}
+            )
+
     async def _adopted_summaries(self, base: FoldState, store: SummaryStore) -> FoldState | None:
         """A resumed history (or another worker's) takes up the summary its records already
         make: the longest chain of stored records, from the first, whose covered messages
@@ -701,6 +812,7 @@ class ContextFold:
         return found
 
     def _commit(self, result: PassResult) -> None:
+        self._state_dirty = True
         self._state = result.state
         self._notice = result.notice
         self._notice_cost = result.notice_cost

@@ -61,6 +61,9 @@ async def mount(
     settings = dict(config or {})
     # The summarize rung's summarizer is a provider of this session (see `summarizer`).
     summarizer_spec = settings.pop("summarizer", None)
+    # A durable session: the store URL from the config, the session id from the kernel.
+    store = settings.pop("store", None)
+    session_id = settings.pop("session_id", None) or getattr(coordinator, "session_id", None)
     resolved = ContextConfig.resolve(settings)
     wants_summary = any(getattr(rung, "name", None) == "summarize" for rung in resolved.ladder)
     summarizer = (
@@ -68,7 +71,13 @@ async def mount(
         if wants_summary or summarizer_spec is not None
         else None
     )
-    context = ContextFold(resolved, on_event=_event_callback(hooks), summarizer=summarizer)
+    context = ContextFold(
+        resolved,
+        on_event=_event_callback(hooks),
+        summarizer=summarizer,
+        store=store,
+        session_id=session_id if store is not None else None,
+    )
     await _mount_context(coordinator, context)
 
     unregister: list[Callable[[], Any]] = []

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -144,6 +145,24 @@ class SqliteStore:
         return result
 
     def _connect(self) -> sqlite3.Connection:
+        # Two processes opening a new file at once: switching it to WAL and creating the
+        # schema take locks SQLite reports as busy at once, without its busy handler. Retry
+        # the opening itself for up to busy_timeout.
+        deadline = time.monotonic() + self.busy_timeout
+        pause = 0.01
+        while True:
+            try:
+                return self._connect_once()
+            except StoreError as error:
+                locked = isinstance(error.__cause__, sqlite3.OperationalError) and any(
+                    word in str(error.__cause__).lower() for word in ("locked", "busy")
+                )
+                if not locked or time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 0.5)
+
+    def _connect_once(self) -> sqlite3.Connection:
         self._check_file()
         try:
             connection = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
@@ -161,7 +180,7 @@ class SqliteStore:
             self._transaction(connection, self._migrate)
         except sqlite3.Error as error:
             connection.close()
-            raise self._explain(error) from None
+            raise self._explain(error) from error
         except BaseException:
             connection.close()
             raise

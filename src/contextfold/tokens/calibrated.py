@@ -270,5 +270,19 @@ class CalibratedCounter:
             if state.samples
         }
 
+    def restore(self, snapshot: Mapping[str, Mapping[str, Any]]) -> None:
+        """Take up ratios `snapshot` recorded (a durable session resuming), bounded as any
+        learned ratio is; entries that are not a positive ratio are ignored."""
+        for key, value in snapshot.items():
+            ratio, samples = value.get("ratio"), value.get("samples", 1)
+            if not isinstance(ratio, int | float) or isinstance(ratio, bool) or not ratio > 0:
+                continue
+            model = None if key == UNKNOWN_MODEL_KEY else str(key)
+            log_ratio = min(self._log_max, max(self._log_min, math.log(ratio)))
+            samples = samples if isinstance(samples, int) and samples > 0 else 1
+            self._states[model] = _ModelState(
+                log_ratio=log_ratio, recent=deque(maxlen=self.agreement), samples=samples
+            )
+
     def __repr__(self) -> str:
         return f"CalibratedCounter({self.base!r}, ratios={self.ratios()!r})"
