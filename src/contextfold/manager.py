@@ -45,6 +45,7 @@ from .events import (
 )
 from .history import History
 from .ingress import IngressClip
+from .measured import measured_request_view
 from .messages import Kind
 from .meter import MeterStats, UsageReading, read_usage
 from .recall import DEFAULT_MAX_TOKENS as DEFAULT_RECALL_TOKENS
@@ -269,6 +270,26 @@ class ContextFold:
         for event, data in events:
             await self._events.emit(event, data)
         return view
+
+    async def get_measured_request_view(
+        self,
+        *,
+        provider: Any,
+        retain_contents: Iterable[str] = (),
+        count_view: Callable[[list[dict[str, Any]]], Any],
+        fit_output: Callable[[list[dict[str, Any]], Any], Any] | None = None,
+    ) -> dict[str, Any]:
+        """The negotiated measured request (``context.measured_request_view``): the
+        orchestrator's ``count_view`` counts the complete request, the context fits the view
+        to that count and returns the exact counted envelope, its ``outcome`` and a
+        ``transaction`` to commit right before dispatch. See `contextfold.measured`."""
+        return await measured_request_view(
+            self,
+            provider=provider,
+            retain_contents=retain_contents,
+            count_view=count_view,
+            fit_output=fit_output,
+        )
 
     async def get_messages_for_request_retaining(
         self,

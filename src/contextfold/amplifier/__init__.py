@@ -28,6 +28,9 @@ REQUEST_RETENTION_SPEC = {"required_reminders": True, "hard_fit": True, "module"
 # The llm:response meter is registered as the reference module registers its own: named
 # "<module id>-meter", at priority 50 (lower runs first).
 METER_HOOK_NAME = f"{MODULE_ID}-meter"
+# The negotiated provider-count path (token_meter: actual only, as in the reference):
+# ``await capability(provider=..., retain_contents=..., count_view=..., fit_output=...)``.
+MEASURED_REQUEST_VIEW = "context.measured_request_view"
 
 
 class RequestRetention(dict[str, Any]):
@@ -102,6 +105,13 @@ async def mount(
             register_capability(REQUEST_RETENTION, RequestRetention(context))
         except Exception:
             logger.debug("context-fold: could not register %s", REQUEST_RETENTION, exc_info=True)
+        if context.config.token_meter == "actual":
+            try:
+                register_capability(MEASURED_REQUEST_VIEW, context.get_measured_request_view)
+            except Exception:
+                logger.debug(
+                    "context-fold: could not register %s", MEASURED_REQUEST_VIEW, exc_info=True
+                )
     register_contributor = getattr(coordinator, "register_contributor", None)
     if callable(register_contributor):
         try:

@@ -1,0 +1,521 @@
+"""The negotiated measured-request path: the provider counts the whole request.
+
+The context counts messages; the orchestrator adds a system prompt, overlays and tool
+schemas the context never sees. With ``token_meter: actual`` the context offers a
+notice-inclusive candidate view, the orchestrator's ``count_view(view)`` builds the complete
+request and returns the provider's count, and the context uses that figure for both trigger
+and target. Each ladder rung that changes the view is counted again (so a request costs at
+most one count plus one per rung); the last counted view is returned exactly as counted, for
+dispatch, with a transaction whose ``commit()`` applies the staged sticky decisions and
+whose ``rollback()`` drops them.
+
+The shapes are the reference module's (``context.measured_request_view``):
+
+* ``count_view(view)`` returns ``{"dispatch": ..., "budget_decision": decision | None}``;
+  a decision is ``{"estimated_input_tokens": int, "input_limit_tokens": int,
+  "measurement": {"kind": "provider_count", "source": str, "input_tokens": int}}``.
+  ``None`` (or a measurement of another kind) means the count was unavailable.
+* ``fit_output(view, attempt)``, given by the orchestrator, is asked only when the last
+  counted view is still over the provider's hard input limit; it returns a newly counted
+  ``{"dispatch", "budget_decision", "count_calls"}`` or ``None``.
+
+This module never imports provider or loop types: it only calls what it was handed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .budget import derive_budget
+from .compaction.planner import PassResult, assemble_view, run_pass
+from .conventions import normalize_retain_contents, resolve_system_prompt
+from .errors import context_length_error
+from .views import detached
+
+if TYPE_CHECKING:
+    from .manager import ContextFold, _SystemPrompt
+
+CountView = Callable[[list[dict[str, Any]]], Awaitable[Mapping[str, Any] | None]]
+FitOutput = Callable[[list[dict[str, Any]], Mapping[str, Any]], Awaitable[Any]]
+
+NOT_NEEDED = "not_needed"
+TARGET_REACHED = "target_reached"
+REDUCED_OUTPUT = "reduced_output"
+PROTECTED_FLOOR = "protected_floor"
+MEASUREMENT_UNAVAILABLE = "measurement_unavailable"
+OUTCOMES = (NOT_NEEDED, TARGET_REACHED, REDUCED_OUTPUT, PROTECTED_FLOOR, MEASUREMENT_UNAVAILABLE)
+
+
+def provider_counts(provider: Any) -> bool:
+    """Whether ``provider`` advertises request counting. ``None`` (the orchestrator counts
+    on its own, as in the reference's tests) is trusted; a provider object must say so."""
+    if provider is None:
+        return True
+    return bool(getattr(provider, "supports_request_count", False)) and callable(
+        getattr(provider, "count_request", None)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    """One counted attempt: the orchestrator's envelope and what it says."""
+
+    attempt: Mapping[str, Any]
+    estimated: int  # the provider-derived hard-safe input estimate
+    limit: int  # the provider's hard input limit
+    measured: int | None  # the provider's raw input count; None when unavailable
+
+    @property
+    def hard_over(self) -> bool:
+        return self.estimated > self.limit
+
+
+def read_count(attempt: Any) -> Count | None:
+    """Validate one ``count_view`` (or ``fit_output``) envelope. ``None`` when the decision is
+    missing; a TypeError when the hard-safety fields are malformed (a contract error)."""
+    if not isinstance(attempt, Mapping) or "dispatch" not in attempt:
+        raise TypeError(
+            "context-fold: count_view must return a mapping with 'dispatch' and "
+            f"'budget_decision', got {type(attempt).__name__}"
+        )
+    decision = attempt.get("budget_decision")
+    if decision is None:
+        return None
+    if not isinstance(decision, Mapping):
+        raise TypeError("context-fold: budget_decision must be a mapping or None")
+    estimated = decision.get("estimated_input_tokens")
+    limit = decision.get("input_limit_tokens")
+    if not (_count(estimated) and _count(limit)):
+        raise TypeError(
+            "context-fold: budget_decision needs estimated_input_tokens and "
+            f"input_limit_tokens as non-negative integers, got {estimated!r} and {limit!r}"
+        )
+    measurement = decision.get("measurement")
+    measured = None
+    if (
+        isinstance(measurement, Mapping)
+        and measurement.get("kind") == "provider_count"
+        and _count(measurement.get("input_tokens"))
+    ):
+        measured = measurement["input_tokens"]
+    return Count(attempt=attempt, estimated=estimated, limit=limit, measured=measured)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+class MeasuredTransaction:
+    """Staged sticky decisions of one measured request.
+
+    ``await commit()`` applies them (True) unless the transaction was rolled back, the
+    ``is_cancelled`` predicate says the dispatch was abandoned, or the sticky state moved
+    since the offer (False: nothing applied). ``rollback()`` undoes what was applied or
+    drops what was staged. Both are idempotent; the first terminal result stands.
+    """
+
+    def __init__(
+        self,
+        apply: Callable[[], Awaitable[bool]],
+        undo: Callable[[], None],
+    ) -> None:
+        self._apply = apply
+        self._undo = undo
+        self._result: bool | None = None
+
+    @property
+    def settled(self) -> bool:
+        return self._result is not None
+
+    async def commit(self, is_cancelled: Callable[[], bool] | None = None) -> bool:
+        if self._result is not None:
+            return self._result
+        if is_cancelled is not None and is_cancelled():
+            self.rollback()
+            return False
+        applied = await self._apply()
+        if self._result is not None:  # rolled back while applying: rollback wins
+            return self._result
+        if not applied:
+            self._undo()
+        self._result = applied
+        return applied
+
+    def rollback(self) -> None:
+        if self._result is not None:
+            return
+        self._result = False
+        self._undo()
+
+
+@dataclass(slots=True)
+class _Candidate:
+    """A view the provider was asked to count, and the pass that made it."""
+
+    view: list[dict[str, Any]]
+    raw: int  # raw tokens of messages, notice and request overhead
+    notice_cost: int
+    count: Count
+    result: PassResult | None  # None: the sticky view as it stands
+
+
+async def measured_request_view(
+    context: ContextFold,
+    *,
+    provider: Any,
+    retain_contents: Any = (),
+    count_view: CountView,
+    fit_output: FitOutput | None = None,
+) -> dict[str, Any]:
+    """The negotiation (see the module docstring); ``ContextFold.get_measured_request_view``."""
+    if not callable(count_view):
+        raise TypeError("context-fold: count_view must be an async callable (view) -> envelope")
+    if fit_output is not None and not callable(fit_output):
+        raise TypeError("context-fold: fit_output must be an async callable or None")
+    reminders = normalize_retain_contents(retain_contents)
+    if context.config.token_meter != "actual" or not provider_counts(provider):
+        return await _legacy(context, provider, reminders, count_view, calls=0)
+    text = await resolve_system_prompt(context._system_prompt_factory)
+    decision = await derive_budget(context.config, provider=provider)
+    async with context._lock:
+        await context._loaded()
+        decision = decision.with_refit_cap(context._refit_cap)
+        negotiation = _Negotiation(context, decision, reminders, context._system_prompt_view(text))
+        first = await negotiation.offer(count_view)
+    if first.count.measured is None:
+        if first.count.hard_over:
+            raise _hard_error(first.count, context, "cannot fit protected content")
+        # The provider could not count: the legacy meter plans this request.
+        return await _legacy(context, provider, reminders, count_view, calls=1)
+    async with context._lock:
+        return await negotiation.reduce(first, count_view, fit_output)
+
+
+class _Negotiation:
+    """One measured request: the candidates, their counts and the staged decisions."""
+
+    def __init__(
+        self,
+        context: ContextFold,
+        decision: Any,
+        reminders: Sequence[str],
+        system_prompt: _SystemPrompt | None,
+    ) -> None:
+        self.context = context
+        self.decision = decision
+        self.system_prompt = system_prompt
+        self.calls = 0
+        cfg = context.config
+        self.model = decision.model or context._model
+        context._model = self.model
+        self.ratio = context._ratio(self.model)
+        self.request_raw = context.counter.request_overhead + (
+            system_prompt.raw_change if system_prompt is not None else 0
+        )
+        budget = decision.effective_budget
+        self.reserve = context._notice_reserve(budget)
+        usable = max(0, budget - self.reserve)
+        self.trigger = math.floor(cfg.compact_threshold * usable)
+        self.target = math.floor(cfg.target_usage * usable)
+        self.base = context._state
+        self.retained = context._find_reminders(reminders, decision)
+
+    def public(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The view as the caller gets it (the system prompt factory's text in front)."""
+        prompt = self.system_prompt
+        if prompt is None:
+            return [detached(m) for m in messages]
+        return [dict(prompt.message)] + [
+            detached(m) for m in messages if id(m) not in prompt.hidden
+        ]
+
+    async def count(self, count_view: CountView, view: list[dict[str, Any]]) -> Count | None:
+        self.calls += 1
+        return read_count(await count_view(view))
+
+    async def offer(self, count_view: CountView) -> _Candidate:
+        """Count the sticky view (with any retained reminder restored)."""
+        context = self.context
+        if context._view_stale:
+            context._view = assemble_view(context._history, context._state, context._notice)
+            context._view_stale = False
+        restore = any(
+            i in self.base.truncated or context._history.entries[i].unit in self.base.removed_units
+            for i in self.retained
+        )
+        result = None
+        messages, notice_cost = context._view, context._notice_cost
+        raw = context._view_raw + notice_cost + self.request_raw
+        if restore:
+            result = self.compact(ladder=(), overhead=0)
+            messages = assemble_view(context._history, result.state, result.notice)
+            notice_cost = result.notice_cost
+            raw = result.raw_total + notice_cost + self.request_raw
+        view = self.public(messages)
+        count = await self.count(count_view, view)
+        if count is None:
+            count = Count(attempt={"dispatch": None}, estimated=0, limit=0, measured=None)
+        return _Candidate(view, raw, notice_cost, count, result)
+
+    def compact(self, *, ladder: Sequence[Any], overhead: int) -> PassResult:
+        context, cfg = self.context, self.context.config
+        ratio, request_raw = self.ratio, self.request_raw
+
+        def raw(tokens: int) -> int:
+            return max(0, math.floor((tokens - overhead) / ratio) - request_raw)
+
+        return run_pass(
+            context._history,
+            self.base,
+            counter=context.counter,
+            target_raw=raw(self.target),
+            limit_raw=raw(self.trigger),
+            budget_raw=raw(self.decision.effective_budget),
+            protected_recent=cfg.protected_recent,
+            protected_tool_results=cfg.protected_tool_results,
+            truncate_chars=cfg.truncate_chars,
+            retained=self.retained,
+            notice_role=cfg.compaction_notice_role,
+            notice_reserve=self.reserve,
+            notice_enabled=cfg.compaction_notice_enabled,
+            notice_verbosity=cfg.compaction_notice_verbosity,
+            notice_min_level=cfg.compaction_notice_min_level,
+            ladder=ladder,
+        )
+
+    def messages_size(self, candidate: _Candidate) -> int:
+        """The measured size the trigger and target compare: the whole counted request less
+        the notice, which rides on its own reserve (as on the legacy path)."""
+        assert candidate.count.measured is not None
+        return candidate.count.measured - math.ceil(candidate.notice_cost * self.ratio)
+
+    async def reduce(
+        self, first: _Candidate, count_view: CountView, fit_output: FitOutput | None
+    ) -> dict[str, Any]:
+        budget = self.decision.effective_budget
+        size = self.messages_size(first)
+        measured_first = first.count.measured
+        assert measured_first is not None
+        if (
+            size <= self.trigger
+            and measured_first <= budget
+            and not first.count.hard_over
+            and first.result is None
+        ):
+            self.context._last_delivered_raw = first.raw
+            return self.envelope(NOT_NEEDED, first, first, None)
+        best = first
+        outcome = PROTECTED_FLOOR
+        # Summarizing needs a model call of its own: the measured ladder uses the other
+        # rungs, each counted by the provider.
+        ladder = [r for r in self.context._ladder if getattr(r, "name", "") != "summarize"]
+        for rung in range(1, len(ladder) + 1):
+            overhead = best.count.measured - math.ceil(best.raw * self.ratio)  # type: ignore[operator]
+            result = self.compact(ladder=ladder[:rung], overhead=overhead)
+            raw = result.raw_total + result.notice_cost + self.request_raw
+            if best.result is not None and _same(result, best.result):
+                continue  # this rung changed nothing more: nothing new to count
+            if best.result is None and not result.changed and raw == best.raw:
+                continue
+            messages = assemble_view(self.context._history, result.state, result.notice)
+            view = self.public(messages)
+            count = await self.count(count_view, view)
+            if count is None or count.measured is None:
+                if best.count.hard_over or (count is not None and count.hard_over):
+                    raise _hard_error(best.count, self.context, "recount became unavailable")
+                return self.envelope(MEASUREMENT_UNAVAILABLE, first, best, None)
+            candidate = _Candidate(view, raw, result.notice_cost, count, result)
+            if count.measured >= best.count.measured:  # type: ignore[operator]
+                continue  # no smaller: keep the smaller counted view
+            best = candidate
+            if self.messages_size(best) <= self.target and not count.hard_over:
+                outcome = TARGET_REACHED
+                break
+        if best.count.hard_over or best.count.measured > budget:  # type: ignore[operator]
+            return await self.fit(first, best, fit_output)
+        return self.envelope(outcome, first, best, self.stage(best))
+
+    async def fit(
+        self, first: _Candidate, best: _Candidate, fit_output: FitOutput | None
+    ) -> dict[str, Any]:
+        """Still over the hard limit after the last rung: the orchestrator's output ladder."""
+        if fit_output is None or not best.count.hard_over:
+            raise _hard_error(best.count, self.context, "cannot fit protected content")
+        fitted = await fit_output(best.view, best.count.attempt)
+        if fitted is None:
+            raise _hard_error(best.count, self.context, "no output fit")
+        count = read_count(fitted)
+        calls = fitted.get("count_calls") if isinstance(fitted, Mapping) else None
+        if count is None or count.measured is None or count.hard_over or not _count(calls):
+            raise TypeError(
+                "context-fold: fit_output must return a newly counted envelope with a provider "
+                "measurement, a hard-safe estimate and a positive count_calls, or None"
+            )
+        if calls <= 0:
+            raise TypeError("context-fold: fit_output's count_calls must be positive")
+        self.calls += calls
+        fitted_candidate = _Candidate(best.view, best.raw, best.notice_cost, count, best.result)
+        return self.envelope(REDUCED_OUTPUT, first, fitted_candidate, self.stage(best))
+
+    def stage(self, candidate: _Candidate) -> MeasuredTransaction | None:
+        """A transaction committing ``candidate``'s pass, or None when it changes nothing."""
+        result = candidate.result
+        if result is None or _same(result, _as_result(self.context)):
+            return None
+        context = self.context
+        base = self.base
+        target = self.target
+        ratio = self.ratio
+        overhead = candidate.count.measured - math.ceil(candidate.raw * ratio)  # type: ignore[operator]
+        applied: list[Any] = []
+
+        async def apply() -> bool:
+            async with context._lock:
+                if context._state is not base:
+                    return False  # another request moved the sticky state since the offer
+                before = (context._state, context._notice, context._notice_cost)
+                missed_before = context._missed_target_at
+                context._commit(result)
+                messages_after = math.ceil(result.raw_total * ratio) + overhead
+                context._missed_target_at = None if messages_after <= target else messages_after
+                applied.append((before, missed_before, context._state))
+                # The meter's next reading describes this view.
+                context._last_delivered_raw = candidate.raw
+                if context._link is not None:
+                    await context._persist()
+            return True
+
+        def undo() -> None:
+            if not applied:
+                return
+            (state, notice, notice_cost), missed, committed = applied.pop()
+            if context._state is committed:
+                context._commit_restored(state, notice, notice_cost, missed)
+                context._state_dirty = True
+
+        return MeasuredTransaction(apply, undo)
+
+    def envelope(
+        self,
+        outcome: str,
+        first: _Candidate,
+        final: _Candidate,
+        transaction: MeasuredTransaction | None,
+    ) -> dict[str, Any]:
+        attempt = final.count.attempt
+        return {
+            "outcome": outcome,
+            "base_view": final.view,
+            "final_attempt": attempt,
+            "dispatch": attempt.get("dispatch"),
+            "budget_decision": attempt.get("budget_decision"),
+            "measured_before": first.count.measured,
+            "measured_after": final.count.measured,
+            "trigger": self.trigger,
+            "target": self.target,
+            "budget": self.decision.effective_budget,
+            "count_calls": self.calls,
+            "transaction": transaction,
+        }
+
+
+def _same(a: PassResult, b: PassResult) -> bool:
+    return (
+        a.state.removed_units == b.state.removed_units
+        and a.state.truncated.keys() == b.state.truncated.keys()
+        and a.notice_cost == b.notice_cost
+        and a.raw_total == b.raw_total
+    )
+
+
+def _as_result(context: ContextFold) -> PassResult:
+    return PassResult(
+        state=context._state,
+        raw_total=context._view_raw,
+        notice=context._notice,
+        notice_cost=context._notice_cost,
+    )
+
+
+def _hard_error(count: Count, context: ContextFold, reason: str) -> Exception:
+    return context_length_error(
+        f"context-fold: the request {reason}: the provider estimates {count.estimated:,} "
+        f"input tokens over its hard limit of {count.limit:,}, and no legal reduction "
+        "brings it under. Raise the model's window, lower the output reserve, or start a "
+        "new session.",
+        required_tokens=count.estimated,
+        budget=count.limit,
+        model=context._model,
+    )
+
+
+async def _legacy(
+    context: ContextFold,
+    provider: Any,
+    reminders: Sequence[str],
+    count_view: CountView,
+    *,
+    calls: int,
+) -> dict[str, Any]:
+    """No provider count: the legacy meter plans the request (committing as it always has);
+    the view is counted once for its dispatch envelope, and ``rollback()`` restores the
+    sticky state it replaced."""
+    before = (
+        context._state,
+        context._notice,
+        context._notice_cost,
+        context._missed_target_at,
+    )
+    view = await context.get_messages_for_request(provider=provider, required_reminders=reminders)
+    after = context._state
+
+    def undo() -> None:
+        if context._state is after and after is not before[0]:
+            context._commit_restored(*before)
+            context._state_dirty = True
+
+    async def apply() -> bool:
+        return True
+
+    transaction = MeasuredTransaction(apply, undo)
+    try:
+        counted = await count_view(view)
+        count = read_count(counted)
+    except BaseException:
+        transaction.rollback()
+        raise
+    if count is not None and count.hard_over:
+        transaction.rollback()
+        raise _hard_error(count, context, "cannot fit protected content")
+    report = context.last_report
+    return {
+        "outcome": MEASUREMENT_UNAVAILABLE,
+        "base_view": view,
+        "final_attempt": counted,
+        "dispatch": counted.get("dispatch"),
+        "budget_decision": counted.get("budget_decision"),
+        "measured_before": None,
+        "measured_after": count.measured if count is not None else None,
+        "trigger": report.trigger if report is not None else None,
+        "target": report.target if report is not None else None,
+        "budget": report.budget if report is not None else None,
+        "count_calls": calls + 1,
+        "transaction": transaction,
+    }
+
+
+__all__ = [
+    "MEASUREMENT_UNAVAILABLE",
+    "NOT_NEEDED",
+    "OUTCOMES",
+    "PROTECTED_FLOOR",
+    "REDUCED_OUTPUT",
+    "TARGET_REACHED",
+    "MeasuredTransaction",
+    "measured_request_view",
+    "provider_counts",
+    "read_count",
+]

@@ -1,0 +1,425 @@
+"""The negotiated measured-request path: the provider counts the whole request.
+
+Context side first (a counting callable standing in for the orchestrator, as the reference's
+own contract tests do), then real kernel sessions with ``loop-fold`` and ``provider-scripted``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from contextfold import ContextFold
+from contextfold.errors import ContextLengthError
+from contextfold.measured import (
+    MEASUREMENT_UNAVAILABLE,
+    NOT_NEEDED,
+    PROTECTED_FLOOR,
+    REDUCED_OUTPUT,
+    TARGET_REACHED,
+)
+from support import human, prose, reply, tool_round
+
+
+def decision(count: int | None, *, estimated: int | None = None, limit: int = 10_000) -> dict:
+    """A provider's budget decision for a request it counted as ``count`` tokens."""
+    return {
+        "estimated_input_tokens": (count or 0) if estimated is None else estimated,
+        "input_limit_tokens": limit,
+        "measurement": None
+        if count is None
+        else {"kind": "provider_count", "source": "test.count", "input_tokens": count},
+    }
+
+
+class Counter:
+    """An orchestrator's count_view: the context's own count of the view plus a fixed
+    overhead (the system prompt and tool schemas the context never sees)."""
+
+    def __init__(self, context: ContextFold, overhead: int, *, limit: int = 10_000) -> None:
+        self.context = context
+        self.overhead = overhead
+        self.limit = limit
+        self.views: list[list[dict[str, Any]]] = []
+        self.counts: list[int] = []
+
+    async def __call__(self, view: list[dict[str, Any]]) -> dict[str, Any]:
+        self.views.append(view)
+        count = sum(self.context.counter.count_message(m) for m in view) + self.overhead
+        self.counts.append(count)
+        return {
+            "dispatch": ("request", len(self.views)),
+            "budget_decision": decision(count, limit=self.limit),
+        }
+
+
+def fold(**settings: Any) -> ContextFold:
+    base = {
+        "max_tokens": 6_000,
+        "token_meter": "actual",
+        "token_counter": "exact",
+        "compact_threshold": 0.8,
+        "target_usage": 0.5,
+        "protected_recent": 0.1,
+        "protected_tool_results": 1,
+        "compaction_notice_enabled": False,
+    }
+    return ContextFold({**base, **settings})
+
+
+async def filled(context: ContextFold, rounds: int = 8, chars: int = 1_600) -> ContextFold:
+    await context.add_message(human("Research the harbor lanterns, please."))
+    for n in range(rounds):
+        for message in tool_round(n, result_chars=chars):
+            await context.add_message(message)
+    await context.add_message(reply("Working on it."))
+    await context.add_message(human("Now write the summary."))
+    return context
+
+
+async def sticky(context: ContextFold) -> tuple[Any, ...]:
+    state = context._state
+    return (frozenset(state.removed_units), frozenset(state.truncated), context._notice_cost)
+
+
+async def test_small_request_is_not_needed_with_one_count_and_no_transaction() -> None:
+    context = await filled(fold(), rounds=1)
+    count = Counter(context, overhead=300)
+    result = await context.get_measured_request_view(
+        provider=None, retain_contents=[], count_view=count
+    )
+    assert result["outcome"] == NOT_NEEDED
+    assert result["count_calls"] == len(count.views) == 1
+    assert result["transaction"] is None
+    assert result["base_view"] is count.views[0]
+    assert result["dispatch"] == ("request", 1)
+    assert result["measured_before"] == result["measured_after"] == count.counts[0]
+
+
+async def test_overhead_the_context_never_sees_triggers_and_the_target_is_reached() -> None:
+    context = await filled(fold())
+    legacy = await context.get_messages_for_request()
+    assert context.last_report is not None and not context.last_report.compacted
+    own = sum(context.counter.count_message(m) for m in legacy)
+    # Tool schemas and a system prompt of this size put the real request over the trigger.
+    count = Counter(context, overhead=context.last_report.trigger - own + 500)
+    before = await sticky(context)
+    result = await context.get_measured_request_view(
+        provider=None, retain_contents=[], count_view=count
+    )
+    assert result["outcome"] == TARGET_REACHED
+    assert result["measured_before"] == count.counts[0] > result["trigger"]
+    assert result["measured_after"] == count.counts[-1]
+    assert result["measured_after"] - 0 <= result["target"]
+    assert result["base_view"] is count.views[-1]
+    assert result["dispatch"] == ("request", len(count.views))
+    # Bounded: the original count plus at most one per rung.
+    assert 2 <= result["count_calls"] == len(count.views) <= 1 + len(context._ladder)
+    # Staged, not applied: the sticky state moves only on commit.
+    assert await sticky(context) == before
+    assert await result["transaction"].commit() is True
+    after = await sticky(context)
+    assert after != before
+    # The next request starts from the committed view.
+    view = await context.get_messages_for_request()
+    assert len(view) == len(result["base_view"])
+
+
+async def test_rollback_leaves_sticky_state_as_it_was_and_is_idempotent() -> None:
+    context = await filled(fold())
+    await context.get_messages_for_request()
+    own = sum(context.counter.count_message(m) for m in await context.get_messages_for_request())
+    count = Counter(context, overhead=context.last_report.trigger - own + 500)
+    before = await sticky(context)
+    result = await context.get_measured_request_view(
+        provider=None, retain_contents=[], count_view=count
+    )
+    transaction = result["transaction"]
+    transaction.rollback()
+    transaction.rollback()
+    assert await transaction.commit() is False
+    assert await sticky(context) == before
+
+
+async def test_commit_is_idempotent_and_a_late_rollback_changes_nothing() -> None:
+    context = await filled(fold())
+    own = sum(context.counter.count_message(m) for m in await context.get_messages_for_request())
+    count = Counter(context, overhead=context.last_report.trigger - own + 500)
+    result = await context.get_measured_request_view(
+        provider=None, retain_contents=[], count_view=count
+    )
+    transaction = result["transaction"]
+    assert await transaction.commit() is True
+    committed = await sticky(context)
+    transaction.rollback()
+    assert await transaction.commit() is True
+    assert await sticky(context) == committed
+
+
+async def test_cancellation_between_offer_and_commit_rolls_back() -> None:
+    context = await filled(fold())
+    own = sum(context.counter.count_message(m) for m in await context.get_messages_for_request())
+    count = Counter(context, overhead=context.last_report.trigger - own + 500)
+    before = await sticky(context)
+    result = await context.get_measured_request_view(
+        provider=None, retain_contents=[], count_view=count
+    )
+    dispatched = asyncio.Event()
+
+    async def dispatch() -> None:
+        try:
+            await dispatched.wait()  # the orchestrator is cancelled before it dispatches
+            await result["transaction"].commit()
+        except asyncio.CancelledError:
+            result["transaction"].rollback()
+            raise
+
+    task = asyncio.create_task(dispatch())
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await result["transaction"].commit() is False
+    assert await sticky(context) == before
+
+
+async def test_a_cancelled_commit_predicate_applies_nothing() -> None:
+    context = await filled(fold())
+    own = sum(context.counter.count_message(m) for m in await context.get_messages_for_request())
+    count = Counter(context, overhead=context.last_report.trigger - own + 500)
+    before = await sticky(context)
+    result = await context.get_measured_request_view(
+        provider=None, retain_contents=[], count_view=count
+    )
+    assert await result["transaction"].commit(is_cancelled=lambda: True) is False
+    assert await sticky(context) == before
+
+
+async def test_cancellation_inside_count_view_propagates_with_nothing_staged() -> None:
+    context = await filled(fold())
+    before = await sticky(context)
+
+    async def cancelled(_view: list[dict[str, Any]]) -> dict[str, Any]:
+        raise asyncio.CancelledError
+
+    with pytest.raises(asyncio.CancelledError):
+        await context.get_measured_request_view(
+            provider=None, retain_contents=[], count_view=cancelled
+        )
+    assert await sticky(context) == before
+
+
+async def test_commit_after_another_request_moved_the_state_applies_nothing() -> None:
+    context = await filled(fold())
+    own = sum(context.counter.count_message(m) for m in await context.get_messages_for_request())
+    count = Counter(context, overhead=context.last_report.trigger - own + 500)
+    result = await context.get_measured_request_view(
+        provider=None, retain_contents=[], count_view=count
+    )
+    await context.get_messages_for_request(token_budget=own // 2, hard_fit=True)
+    moved = await sticky(context)
+    assert await result["transaction"].commit() is False
+    assert await sticky(context) == moved
+
+
+async def test_protected_floor_is_reported_not_called_target_success() -> None:
+    context = fold(max_tokens=2_000)
+    await context.add_message(human("only a protected prompt " + prose(1, 400)))
+    calls = 0
+
+    async def count_view(view: list[dict[str, Any]]) -> dict[str, Any]:
+        nonlocal calls
+        calls += 1
+        return {"dispatch": calls, "budget_decision": decision(1_900)}
+
+    result = await context.get_measured_request_view(
+        provider=None, retain_contents=[], count_view=count_view
+    )
+    assert result["outcome"] == PROTECTED_FLOOR
+    assert result["count_calls"] == calls == 1  # no rung changed anything: nothing recounted
+    assert result["transaction"] is None
+
+
+async def test_unavailable_first_count_falls_back_to_the_legacy_meter() -> None:
+    context = await filled(fold())
+    views: list[Any] = []
+
+    async def count_view(view: list[dict[str, Any]]) -> dict[str, Any]:
+        views.append(view)
+        return {"dispatch": len(views), "budget_decision": None}
+
+    result = await context.get_measured_request_view(
+        provider=None, retain_contents=[], count_view=count_view
+    )
+    assert result["outcome"] == MEASUREMENT_UNAVAILABLE
+    assert result["count_calls"] == len(views) == 2  # the offer, then the legacy view
+    assert result["base_view"] is views[-1]
+    assert result["transaction"] is not None
+
+
+async def test_estimate_meter_and_non_counting_provider_take_the_legacy_path() -> None:
+    for context, provider in (
+        (await filled(fold(token_meter="estimate")), None),
+        (await filled(fold()), object()),  # a provider that does not advertise counting
+    ):
+        views: list[Any] = []
+
+        async def count_view(view: list[dict[str, Any]], views: list[Any] = views) -> dict:
+            views.append(view)
+            return {"dispatch": 1, "budget_decision": decision(100)}
+
+        result = await context.get_measured_request_view(
+            provider=provider, retain_contents=[], count_view=count_view
+        )
+        assert result["outcome"] == MEASUREMENT_UNAVAILABLE
+        assert result["count_calls"] == len(views) == 1
+        assert result["base_view"] == await context.get_messages_for_request(provider=provider)
+
+
+async def test_legacy_fallback_rollback_restores_the_state_it_replaced() -> None:
+    context = await filled(fold(token_meter="estimate", max_tokens=3_000))
+    before = await sticky(context)
+
+    async def count_view(view: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"dispatch": 1, "budget_decision": None}
+
+    result = await context.get_measured_request_view(
+        provider=None, retain_contents=[], count_view=count_view
+    )
+    assert await sticky(context) != before  # the legacy meter commits as it always has
+    result["transaction"].rollback()
+    assert await sticky(context) == before
+
+
+async def test_known_hard_oversize_without_measurement_fails_closed() -> None:
+    context = await filled(fold())
+
+    async def count_view(view: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"dispatch": 1, "budget_decision": decision(None, estimated=10_001)}
+
+    with pytest.raises(ContextLengthError, match="cannot fit protected content"):
+        await context.get_measured_request_view(
+            provider=None, retain_contents=[], count_view=count_view
+        )
+
+
+async def test_unavailable_recount_returns_the_last_counted_view_with_nothing_staged() -> None:
+    context = await filled(fold())
+    views: list[Any] = []
+
+    async def count_view(view: list[dict[str, Any]]) -> dict[str, Any]:
+        views.append(view)
+        return {
+            "dispatch": len(views),
+            "budget_decision": decision(5_500) if len(views) == 1 else None,
+        }
+
+    before = await sticky(context)
+    result = await context.get_measured_request_view(
+        provider=None, retain_contents=[], count_view=count_view
+    )
+    assert result["outcome"] == MEASUREMENT_UNAVAILABLE
+    assert result["base_view"] is views[0]
+    assert result["count_calls"] == 2
+    assert result["transaction"] is None
+    assert await sticky(context) == before
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("estimated_input_tokens", True),
+        ("estimated_input_tokens", -1),
+        ("estimated_input_tokens", None),
+        ("input_limit_tokens", "1000"),
+        ("input_limit_tokens", 2.5),
+    ],
+)
+async def test_malformed_hard_safety_fields_are_contract_errors(field: str, value: Any) -> None:
+    context = await filled(fold(), rounds=1)
+
+    async def count_view(_view: list[dict[str, Any]]) -> dict[str, Any]:
+        bad = decision(100)
+        bad[field] = value
+        return {"dispatch": 1, "budget_decision": bad}
+
+    with pytest.raises(TypeError, match="estimated_input_tokens and"):
+        await context.get_measured_request_view(
+            provider=None, retain_contents=[], count_view=count_view
+        )
+
+
+async def test_count_view_returning_a_non_envelope_is_a_contract_error() -> None:
+    context = await filled(fold(), rounds=1)
+
+    async def count_view(_view: list[dict[str, Any]]) -> Any:
+        return 1234
+
+    with pytest.raises(TypeError, match="count_view must return a mapping"):
+        await context.get_measured_request_view(
+            provider=None, retain_contents=[], count_view=count_view
+        )
+
+
+async def hard_over_setup() -> tuple[ContextFold, Counter]:
+    """A request whose protected floor stays over the provider's hard limit."""
+    context = fold(max_tokens=20_000)
+    await context.add_message(human("a long protected prompt " + prose(2, 8_000)))
+    count = Counter(context, overhead=200, limit=1_500)
+    return context, count
+
+
+async def test_fit_output_result_is_reduced_output_and_counts_its_calls() -> None:
+    context, count = await hard_over_setup()
+    seen: list[tuple[Any, Any]] = []
+
+    async def fit_output(view: list[dict[str, Any]], attempt: dict[str, Any]) -> dict:
+        seen.append((view, attempt))
+        size = attempt["budget_decision"]["measurement"]["input_tokens"]
+        return {
+            "dispatch": "smaller output cap",
+            "budget_decision": decision(size, limit=size + 10),
+            "count_calls": 3,
+        }
+
+    result = await context.get_measured_request_view(
+        provider=None, retain_contents=[], count_view=count, fit_output=fit_output
+    )
+    assert result["outcome"] == REDUCED_OUTPUT
+    assert seen and seen[0][0] is count.views[-1]
+    assert result["dispatch"] == "smaller output cap"
+    assert result["count_calls"] == len(count.views) + 3
+
+
+async def test_fit_output_none_keeps_the_fail_closed_error() -> None:
+    context, count = await hard_over_setup()
+    before = await sticky(context)
+
+    async def fit_output(view: list[dict[str, Any]], attempt: dict[str, Any]) -> None:
+        return None
+
+    with pytest.raises(ContextLengthError, match="no output fit"):
+        await context.get_measured_request_view(
+            provider=None, retain_contents=[], count_view=count, fit_output=fit_output
+        )
+    assert await sticky(context) == before
+
+
+async def test_fit_output_still_over_the_limit_is_a_contract_error() -> None:
+    context, count = await hard_over_setup()
+
+    async def fit_output(view: list[dict[str, Any]], attempt: dict[str, Any]) -> dict:
+        return {"dispatch": 1, "budget_decision": decision(5_000, limit=10), "count_calls": 1}
+
+    with pytest.raises(TypeError, match="fit_output must return"):
+        await context.get_measured_request_view(
+            provider=None, retain_contents=[], count_view=count, fit_output=fit_output
+        )
+
+
+async def test_without_fit_output_a_hard_oversize_fails_closed() -> None:
+    context, count = await hard_over_setup()
+    with pytest.raises(ContextLengthError):
+        await context.get_measured_request_view(provider=None, retain_contents=[], count_view=count)
