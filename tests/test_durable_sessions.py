@@ -164,6 +164,8 @@ async def test_every_acknowledged_message_survives_kill_9(tmp_path: Path) -> Non
             acknowledged.append(int(line))
         writer.send_signal(signal.SIGKILL)
         writer.wait()
+        # What it printed before the kill was acknowledged too, read or not.
+        acknowledged.extend(int(line) for line in writer.stdout.read().split())
         stored = await ContextFold(store=store, session_id="killed").get_messages()
         contents = [m["content"] for m in stored]
         # Every acknowledged message is there exactly once, in order; at most the one

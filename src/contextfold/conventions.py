@@ -104,6 +104,8 @@ LOADED_TOOL_STATE_METADATA_KEYS = frozenset({"openai:tool_search_items"})
 # ``<system-reminder>`` or ``<system-reminder source="...">`` (any attributes) at the start
 # of the text, after whitespace: a synthetic envelope, not words a person typed.
 _REMINDER_ENVELOPE = re.compile(r"<system-reminder(?:>|\s)")
+# The same, after any leading whitespace, matched in place (no stripped copy of a long text).
+_LEADING_REMINDER_ENVELOPE = re.compile(r"\s*<system-reminder(?:>|\s)")
 _REMINDER_SOURCE = re.compile(r"""<system-reminder\s[^>]*?\bsource\s*=\s*(["'])(.*?)\1""")
 
 SYSTEM_ROLES = frozenset({"system", "developer"})
@@ -260,7 +262,7 @@ def is_reminder_envelope(content: Any) -> bool:
     Foundation 1.0.0 only knows the bare tag, so the reference's own attributed envelopes
     (its summary, its last-user replay) would otherwise pass as the user's words.
     """
-    return any(_REMINDER_ENVELOPE.match(text.lstrip()) for text in _texts(content))
+    return any(_LEADING_REMINDER_ENVELOPE.match(text) for text in _texts(content))
 
 
 def reminder_source(content: Any) -> str | None:
@@ -319,8 +321,7 @@ def carries_loaded_tool_state(message: Mapping[str, Any]) -> bool:
     its group; truncating such a message's text is allowed because the rebuilt message
     keeps its metadata whole. Ingress keeps the metadata untouched too.
     """
-    metadata = _metadata(message)
-    return any(key in metadata for key in LOADED_TOOL_STATE_METADATA_KEYS)
+    return not LOADED_TOOL_STATE_METADATA_KEYS.isdisjoint(_metadata(message))
 
 
 # -- request retention ---------------------------------------------------------------------

@@ -221,13 +221,20 @@ def inspect_message(message: Any, *, index: int | None) -> MessageInfo:
     blocks = _check_content(role, message.get("content"), index)
     call_ids = _collect_call_ids(role, message, blocks, index)
     result_ids = _collect_result_ids(role, message, blocks, index)
-    thinking_types = [b.get("type") for b in blocks if b.get("type") in THINKING_TYPES]
-    side_block = message.get("thinking_block")
-    signed_thinking = any(
-        (b.get("type") == "thinking" and b.get("signature")) or b.get("type") == "redacted_thinking"
-        for b in blocks
-    ) or (isinstance(side_block, Mapping) and bool(side_block.get("signature")))
-    loaded_tool_state = (
+    # Thinking is looked for only where it can be: assistant turns (most messages are not).
+    thinking = signed_thinking = False
+    if role == "assistant":
+        for block in blocks:
+            kind = block.get("type")
+            if kind == "redacted_thinking" or (kind == "thinking" and block.get("signature")):
+                signed_thinking = thinking = True
+            elif kind == "thinking":
+                thinking = True
+        side_block = message.get("thinking_block")
+        if isinstance(side_block, Mapping) and side_block.get("signature"):
+            signed_thinking = True
+        thinking = thinking or not _THINKING_KEY_SET.isdisjoint(message)
+    loaded_tool_state = bool(metadata) and (
         bool(metadata.get("loaded_tools"))
         or metadata.get("kind") == "loaded_tool_state"
         or conventions.carries_loaded_tool_state(message)
@@ -237,11 +244,10 @@ def inspect_message(message: Any, *, index: int | None) -> MessageInfo:
         call_ids=call_ids,
         result_ids=result_ids,
         signed_thinking=signed_thinking,
-        thinking=role == "assistant"
-        and (bool(thinking_types) or any(key in message for key in THINKING_KEYS)),
+        thinking=thinking,
         loaded_tool_state=loaded_tool_state,
-        reminder=conventions.is_persisted_reminder(message),
-        reference_only=conventions.is_reference_only(message),
+        reminder=bool(metadata) and conventions.is_persisted_reminder(message),
+        reference_only=bool(metadata) and conventions.is_reference_only(message),
     )
 
 
@@ -249,6 +255,7 @@ THINKING_TYPES = ("thinking", "redacted_thinking")
 # Copies of a turn's thinking kept beside its content: Amplifier's loops store the signed
 # block as ``thinking_block``; its CLI transcripts turn that into ``thinking_text``.
 THINKING_KEYS = ("thinking_block", "thinking_text")
+_THINKING_KEY_SET = frozenset(THINKING_KEYS)
 
 
 def _classify(role: str, result_ids: tuple[str, ...], message: Mapping[str, Any]) -> Kind:
