@@ -10,9 +10,19 @@ import asyncio
 from typing import Any
 
 import pytest
+from amplifier_core import AmplifierSession
+from amplifier_core.llm_errors import ContextLengthError
+from amplifier_core.message_models import ChatRequest, ChatResponse
+from amplifier_core.models import HookResult, ToolResult
 
 from contextfold import ContextFold
-from contextfold.errors import ContextLengthError
+from contextfold.amplifier.orchestrator import (
+    EVENT_MEASURED_REQUEST,
+    EVENT_OVERFLOW_RETRY,
+    FIT_OUTPUT_RECOUNTS,
+    _tool_spec,
+)
+from contextfold.amplifier.scripted_provider import ScriptedProvider
 from contextfold.measured import (
     MEASUREMENT_UNAVAILABLE,
     NOT_NEEDED,
@@ -20,6 +30,7 @@ from contextfold.measured import (
     REDUCED_OUTPUT,
     TARGET_REACHED,
 )
+from contextfold.tokens import ExactCounter
 from support import human, prose, reply, tool_round
 
 
@@ -423,3 +434,236 @@ async def test_without_fit_output_a_hard_oversize_fails_closed() -> None:
     context, count = await hard_over_setup()
     with pytest.raises(ContextLengthError):
         await context.get_measured_request_view(provider=None, retain_contents=[], count_view=count)
+
+
+# -- real kernel sessions: loop-fold, context-fold, provider-scripted ---------------------
+
+
+class CatalogTool:
+    """One of many mounted tools with a sizeable schema (a catalog query), as agents with
+    large toolsets carry: its schema is sent with every request; the script never calls it."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    @property
+    def name(self) -> str:
+        return f"catalog_{self.index}"
+
+    @property
+    def description(self) -> str:
+        return f"Query catalog section {self.index}: " + prose(self.index, 160)
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {
+                f"field_{k}": {"type": "string", "description": prose(self.index * 7 + k, 70)}
+                for k in range(3)
+            },
+            "required": ["field_0"],
+        }
+
+    async def execute(self, input: dict[str, Any]) -> ToolResult:
+        return ToolResult(success=True, output=f"catalog {self.index}: nothing found")
+
+
+def session_plan(
+    *,
+    steps: int,
+    context: dict[str, Any],
+    provider: dict[str, Any],
+    result_chars: int = 1_500,
+) -> dict[str, Any]:
+    script = {"steps": steps, "tool": "lookup", "argument": "topic", "final_text": "Done."}
+    return {
+        "session": {
+            "orchestrator": {"module": "loop-fold", "config": {}},
+            "context": {"module": "context-fold", "config": context},
+        },
+        "providers": [{"module": "provider-scripted", "config": {"script": script, **provider}}],
+        "tools": [{"module": "tool-doc-lookup", "config": {"result_chars": result_chars}}],
+        "hooks": [],
+    }
+
+
+async def run_session(
+    plan: dict[str, Any], *, catalog_tools: int = 0, provider: ScriptedProvider | None = None
+) -> tuple[str, ScriptedProvider, list[tuple[str, dict[str, Any]]]]:
+    session = AmplifierSession(plan)
+    await session.initialize()
+    events: list[tuple[str, dict[str, Any]]] = []
+
+    async def record(event: str, data: dict[str, Any]) -> HookResult:
+        events.append((event, dict(data)))
+        return HookResult()
+
+    for event in (EVENT_MEASURED_REQUEST, EVENT_OVERFLOW_RETRY):
+        session.coordinator.hooks.register(event, record, priority=100, name=f"rec-{event}")
+    try:
+        for index in range(catalog_tools):
+            tool = CatalogTool(index)
+            await session.coordinator.mount("tools", tool, name=tool.name)
+        if provider is not None:
+            await session.coordinator.mount("providers", provider, name="scripted")
+        answer = await session.execute("Research the lanterns, one topic at a time.")
+        return answer, session.coordinator.get("providers")["scripted"], events
+    finally:
+        await session.cleanup()
+
+
+def chat(records: list[Any]) -> list[Any]:
+    return [r for r in records if r.purpose == "chat"]
+
+
+SMALL_MODEL = {"context_window": 16_000, "max_output_tokens": 2_000}
+FOLD = {
+    "token_meter": "actual",
+    "token_counter": "exact",
+    "compaction_notice_enabled": False,
+    "protected_tool_results": 1,
+}
+
+
+async def test_tool_schemas_the_message_budget_misses_overflow_and_the_measured_path_fits() -> None:
+    schemas = ExactCounter("o200k_base").count_tools(
+        [_tool_spec(CatalogTool(i)).model_dump(exclude_none=True) for i in range(40)]
+    )
+    assert 2_500 < schemas < 8_000  # a few thousand tokens of schemas on every request
+
+    # The message-only budget: the estimate meter counts the messages the context holds.
+    fold_ = {**FOLD, "compact_threshold": 0.95, "protected_recent": 0.05}
+    legacy_answer, legacy, legacy_events = await run_session(
+        session_plan(steps=40, context={**fold_, "token_meter": "estimate"}, provider=SMALL_MODEL),
+        catalog_tools=40,
+    )
+    refused = [r for r in chat(legacy.records) if r.overflowed]
+    assert refused, "the message-only budget should have let a request overflow"
+    assert [d["budget_source"] for e, d in legacy_events if e == EVENT_OVERFLOW_RETRY]
+    assert legacy.count_calls == 0
+    assert not [e for e, _ in legacy_events if e == EVENT_MEASURED_REQUEST]
+
+    answer, measured, events = await run_session(
+        session_plan(steps=40, context=fold_, provider=SMALL_MODEL), catalog_tools=40
+    )
+    assert answer == legacy_answer == "Done."
+    assert not [r for r in chat(measured.records) if r.overflowed]
+    assert not [e for e, _ in events if e == EVENT_OVERFLOW_RETRY]
+    outcomes = [d for e, d in events if e == EVENT_MEASURED_REQUEST]
+    assert len(outcomes) == len(chat(measured.records))
+    # The schemas take most of the target, so compaction ends at the protected floor: the
+    # outcome says so rather than calling it target success.
+    assert {d["outcome"] for d in outcomes} == {NOT_NEEDED, PROTECTED_FLOOR}
+    # Count calls per request: the original plus at most one per rung.
+    assert all(1 <= d["count_calls"] <= 1 + 8 for d in outcomes)
+    assert measured.count_calls == sum(d["count_calls"] for d in outcomes)
+    # Every dispatched request is the one the provider counted: its size is what it billed.
+    for record, outcome in zip(chat(measured.records), outcomes, strict=True):
+        assert record.request_tokens == outcome["measured_after"]
+
+
+async def test_provider_without_counting_keeps_the_plain_request_path() -> None:
+    answer, provider, events = await run_session(
+        session_plan(steps=3, context=FOLD, provider={"count_requests": False})
+    )
+    assert answer == "Done."
+    assert provider.count_calls == 0
+    assert not events
+
+
+async def test_estimate_meter_registers_no_capability_and_the_loop_uses_the_plain_path() -> None:
+    plan = session_plan(steps=3, context={**FOLD, "token_meter": "estimate"}, provider={})
+    session = AmplifierSession(plan)
+    await session.initialize()
+    try:
+        assert session.coordinator.get_capability("context.measured_request_view") is None
+    finally:
+        await session.cleanup()
+    answer, provider, events = await run_session(plan)
+    assert answer == "Done."
+    assert provider.count_calls == 0 and not events
+
+
+async def test_a_protected_prompt_over_the_limit_is_dispatched_with_a_reduced_output_cap() -> None:
+    model = {"context_window": 16_000, "max_output_tokens": 8_000}  # input limit 8,000
+    plan = session_plan(steps=0, context=FOLD, provider=model)
+    session = AmplifierSession(plan)
+    await session.initialize()
+    events: list[dict[str, Any]] = []
+
+    async def record(event: str, data: dict[str, Any]) -> HookResult:
+        events.append(dict(data))
+        return HookResult()
+
+    session.coordinator.hooks.register(EVENT_MEASURED_REQUEST, record, name="rec-measured")
+    try:
+        # About 10,000 tokens of prompt, which no rung may touch: only a smaller output
+        # reserve (a larger input allowance) lets it through.
+        answer = await session.execute("Read this: " + prose(5, 52_000))
+        provider = session.coordinator.get("providers")["scripted"]
+    finally:
+        await session.cleanup()
+    assert answer == "Done."
+    assert [e["outcome"] for e in events] == [REDUCED_OUTPUT]
+    assert events[0]["max_output_tokens"] < 8_000
+    (record_,) = chat(provider.records)
+    assert not record_.overflowed and 8_000 < record_.request_tokens <= record_.window
+    assert events[0]["count_calls"] <= 1 + 8 + FIT_OUTPUT_RECOUNTS
+
+
+async def test_a_prompt_no_output_cap_can_fit_fails_closed() -> None:
+    model = {"context_window": 16_000, "max_output_tokens": 8_000}
+    plan = session_plan(steps=0, context=FOLD, provider=model)
+    session = AmplifierSession(plan)
+    await session.initialize()
+    try:
+        with pytest.raises(Exception, match="ContextLengthError"):
+            await session.execute("Read this: " + prose(6, 90_000))
+        provider = session.coordinator.get("providers")["scripted"]
+        assert not chat(provider.records)  # nothing over the window was ever sent
+        assert await session.coordinator.get("context").get_messages()
+    finally:
+        await session.cleanup()
+
+
+class LimitOnlyProvider(ScriptedProvider):
+    """A provider whose overflow error names only its limit, not what it measured (as many
+    vendors word it): the loop cannot know by how much the context under-counted."""
+
+    async def complete(self, request: ChatRequest, **kwargs: Any) -> ChatResponse:
+        try:
+            return await super().complete(request, **kwargs)
+        except ContextLengthError as error:
+            raise ContextLengthError(
+                f"prompt is too long, limit {error.limit} tokens",  # type: ignore[attr-defined]
+                provider="scripted",
+                retryable=False,
+            ) from None
+
+
+BILLS_DOUBLE = {
+    "model": "house-model-no-public-tokenizer",
+    "context_window": 24_000,
+    "max_output_tokens": 2_000,
+    "usage_ratio": 2.0,
+    "count_requests": False,
+}
+
+
+@pytest.mark.parametrize("limit_only", [False, True])
+async def test_a_provider_billing_twice_the_estimate_overflows_once_then_finishes(
+    limit_only: bool,
+) -> None:
+    context = {"token_counter": "heuristic", "compaction_notice_enabled": False}
+    plan = session_plan(steps=40, context=context, provider=BILLS_DOUBLE, result_chars=3_000)
+    provider = LimitOnlyProvider(plan["providers"][0]["config"]) if limit_only else None
+    answer, used, events = await run_session(plan, provider=provider)
+    assert answer == "Done."
+    records = chat(used.records)
+    first = next(i for i, r in enumerate(records) if r.overflowed)
+    assert not [r for r in records[first + 1 :] if r.overflowed]
+    retries = [d for e, d in events if e == EVENT_OVERFLOW_RETRY]
+    assert [d["budget_source"] for d in retries] == [
+        "error_doubled" if limit_only else "error_scaled"
+    ]

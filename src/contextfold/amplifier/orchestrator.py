@@ -23,6 +23,18 @@ What it honours, and why it is shaped the way it is:
   a budget taken from the error and retries once; a second overflow propagates. With
   ``"raise"`` it behaves like Amplifier's ``loop-basic``: ``provider:error`` is emitted and the
   error ends the session, so whatever the context delivers at the budget is final.
+  The refit budget uses what the provider said: when its error carries the size it measured
+  (``requested``), the limit is scaled by how far the context under-counted; when it carries
+  only the limit, the request is assumed twice as big as estimated (half the limit).
+* Measured requests: when the context registers ``context.measured_request_view`` and the
+  provider advertises ``supports_request_count`` (``count_request``), the loop builds the
+  complete request (messages, hook injections, tool schemas) for each view the context offers
+  and has the provider count it; the context fits the view to that count and returns the
+  request exactly as counted. The loop commits the context's transaction right before it
+  dispatches that request, and rolls it back if anything fails or is cancelled before then.
+  When the request is over the provider's hard limit after the context's last rung, the
+  loop's ``fit_output`` lowers ``max_output_tokens`` (halving, at most six recounts) for
+  providers whose input allowance grows with a smaller output reserve.
 """
 
 from __future__ import annotations
@@ -44,6 +56,12 @@ MODULE_ID = "loop-fold"
 EVENT_OVERFLOW_RETRY = "loop-fold:overflow_retry"
 EVENT_MAX_ITERATIONS = "loop-fold:max_iterations"
 CUSTOM_EVENTS = (EVENT_OVERFLOW_RETRY, EVENT_MAX_ITERATIONS)
+# Emitted once per request on the measured path (outcome, count calls, the two counts).
+# Not yet among the contributed events: tests/test_amplifier_orchestrator.py pins that list.
+EVENT_MEASURED_REQUEST = "loop-fold:measured_request"
+MEASURED_REQUEST_VIEW = "context.measured_request_view"
+# fit_output's bounded output-cap ladder: at most this many recounts, halving each time.
+FIT_OUTPUT_RECOUNTS = 6
 
 # When the context under-counted (the provider measured more than the context thought it
 # sent), the refit budget is scaled by that ratio; this slack covers the ratio itself being
@@ -274,8 +292,11 @@ class _Turn:
         await self._flush_injections()
         # Ephemeral injections ride on this request (and on its refit retry), then vanish.
         extra, self._ephemeral = self._ephemeral, []
-        messages = await self.context.get_messages_for_request(provider=self.provider)
+        measured = self._measured_capability()
         try:
+            if measured is not None:
+                return await self._measured_request(measured, extra)
+            messages = await self.context.get_messages_for_request(provider=self.provider)
             return await self._complete(messages, extra)
         except ContextLengthError as error:
             if self.config.overflow == "raise":
@@ -304,10 +325,90 @@ class _Turn:
                 )
             return await self._complete(messages, extra)  # a second overflow propagates
 
+    def _measured_capability(self) -> Any | None:
+        """The context's measured-request capability, when the provider can count too."""
+        if not getattr(self.provider, "supports_request_count", False):
+            return None
+        if not callable(getattr(self.provider, "count_request", None)):
+            return None
+        get_capability = getattr(self.coordinator, "get_capability", None)
+        if not callable(get_capability):
+            return None
+        capability = get_capability(MEASURED_REQUEST_VIEW)
+        return capability if callable(capability) else None
+
+    async def _measured_request(self, measure: Any, extra: list[_Injection]) -> ChatResponse:
+        """One request on the negotiated path: the provider counts each view the context
+        offers as the complete request; the counted request is what is dispatched."""
+
+        async def count_view(view: list[dict[str, Any]]) -> dict[str, Any]:
+            request = self._build_request(view, extra)
+            return {"dispatch": request, "budget_decision": await self._count(request)}
+
+        async def fit_output(
+            view: list[dict[str, Any]], attempt: Mapping[str, Any]
+        ) -> dict[str, Any] | None:
+            return await self._fit_output(attempt.get("dispatch"))
+
+        result = await measure(
+            provider=self.provider, retain_contents=[], count_view=count_view, fit_output=fit_output
+        )
+        transaction = result.get("transaction")
+        request = result.get("dispatch")
+        try:
+            if not isinstance(request, ChatRequest):
+                request = self._build_request(result["base_view"], extra)
+            await self._emit(
+                EVENT_MEASURED_REQUEST,
+                {
+                    "provider": self.provider_name,
+                    "outcome": result.get("outcome"),
+                    "count_calls": result.get("count_calls"),
+                    "measured_before": result.get("measured_before"),
+                    "measured_after": result.get("measured_after"),
+                    "max_output_tokens": request.max_output_tokens,
+                },
+            )
+            if transaction is not None:
+                await transaction.commit(is_cancelled=self._cancelled)
+        except BaseException:
+            if transaction is not None:
+                transaction.rollback()
+            raise
+        return await self._send(request)
+
+    async def _count(self, request: ChatRequest) -> Any:
+        return await self.provider.count_request(request)
+
+    async def _fit_output(self, request: Any) -> dict[str, Any] | None:
+        """Lower the request's output cap, halving it, until the provider's count of the
+        request fits its input limit (at most FIT_OUTPUT_RECOUNTS recounts), or None."""
+        if not isinstance(request, ChatRequest):
+            return None
+        cap = request.max_output_tokens or _provider_output_cap(self.provider)
+        if not _positive(cap):
+            return None
+        calls = 0
+        while calls < FIT_OUTPUT_RECOUNTS and cap > 1:
+            cap //= 2
+            smaller = request.model_copy(update={"max_output_tokens": cap})
+            decision = await self._count(smaller)
+            calls += 1
+            if (
+                isinstance(decision, Mapping)
+                and _positive(decision.get("input_limit_tokens"))
+                and isinstance(decision.get("estimated_input_tokens"), int)
+                and decision["estimated_input_tokens"] <= decision["input_limit_tokens"]
+            ):
+                return {"dispatch": smaller, "budget_decision": decision, "count_calls": calls}
+        return None
+
     async def _complete(
         self, messages: list[dict[str, Any]], extra: list[_Injection]
     ) -> ChatResponse:
-        request = self._build_request(messages, extra)
+        return await self._send(self._build_request(messages, extra))
+
+    async def _send(self, request: ChatRequest) -> ChatResponse:
         attempt = 0
         while True:
             try:
@@ -377,7 +478,10 @@ class _Turn:
             believed = getattr(report, "tokens_after", None)
             if _positive(requested) and _positive(believed) and requested > believed:
                 return max(1, int(limit * believed / requested * _REFIT_SLACK)), "error_scaled"
-            return limit, "error"
+            if _positive(requested):
+                return limit, "error"  # the provider measured no more than we believed
+            # Only the limit is known: assume the request was twice as big as estimated.
+            return max(1, limit // 2), "error_doubled"
         last_budget = getattr(report, "budget", None)
         if _positive(last_budget):
             return max(1, last_budget // 2), "half_last_budget"
@@ -593,6 +697,17 @@ def _provider_window(provider: Any) -> int | None:
     if _positive(window) and isinstance(output, int) and window > output:
         return window - output
     return None
+
+
+def _provider_output_cap(provider: Any) -> int | None:
+    """The provider model's output cap (the reserve ``fit_output`` starts lowering from)."""
+    try:
+        if callable(getattr(provider, "get_model_info", None)):
+            return provider.get_model_info().max_output_tokens
+        return (provider.get_info().defaults or {}).get("max_output_tokens")
+    except Exception:
+        logger.debug("loop-fold: provider model info unavailable", exc_info=True)
+        return None
 
 
 def _positive(value: Any) -> bool:

@@ -8,6 +8,13 @@ amplifier-core's ``ContextLengthError`` (or, with ``enforce_window: false``, ser
 overflowed), and usage is reported on ``llm:response`` like a vendor provider does. Each request
 leaves a :class:`RequestRecord` in ``provider.records`` for reports and charts.
 
+It can also count a request before sending it (``count_request``, advertised by
+``supports_request_count``; config ``count_requests: false`` turns it off): the complete
+request (system, tool schemas, messages) is counted exactly as ``complete`` bills it, and the
+answer is the budget decision of the negotiated measured-request path (see
+``contextfold.measured``). A request's ``max_output_tokens`` below the model's lowers the
+output reserve, so the input allowance grows with a smaller output cap.
+
 Script forms (config ``script``)::
 
     [{"text": "..."}, {"tool_calls": [{"name": "lookup", "arguments": {...}}], "text": "..."}]
@@ -83,6 +90,7 @@ _KNOWN_KEYS = frozenset(
         "reply_shape",
         "call_ids",
         "strict_sequence",
+        "count_requests",
     }
 )
 REPLY_SHAPES = ("plain", "anthropic-thinking")
@@ -162,6 +170,15 @@ class ScriptedConfig:
     reply_shape: str = "plain"
     call_ids: str = "unique"
     strict_sequence: bool = False
+    count_requests: bool = True
+
+    def window_for(self, max_output_tokens: int | None) -> int:
+        """The input allowance of a request asking for ``max_output_tokens`` of output (at
+        most the model's own cap): a smaller output reserve leaves more room for input."""
+        reserve = self.max_output_tokens
+        if isinstance(max_output_tokens, int) and 0 < max_output_tokens < reserve:
+            reserve = max_output_tokens
+        return self.context_window - reserve
 
     @property
     def window(self) -> int:
@@ -198,6 +215,11 @@ class ScriptedConfig:
             raise ValueError(
                 f"provider-scripted: 'strict_sequence' must be true or false, got {strict!r}"
             )
+        count_requests = config.get("count_requests", cls.count_requests)
+        if not isinstance(count_requests, bool):
+            raise ValueError(
+                f"provider-scripted: 'count_requests' must be true or false, got {count_requests!r}"
+            )
         reply_shape = _choice(config, "reply_shape", REPLY_SHAPES, cls.reply_shape)
         call_ids = _choice(config, "call_ids", CALL_ID_MODES, cls.call_ids)
         model = config.get("model", cls.model)
@@ -215,6 +237,7 @@ class ScriptedConfig:
             reply_shape=reply_shape,
             call_ids=call_ids,
             strict_sequence=strict,
+            count_requests=count_requests,
         )
 
 
@@ -559,6 +582,7 @@ class ScriptedProvider:
         self.counter = counter if counter is not None else ExactCounter("o200k_base")
         self.hooks = hooks
         self.records: list[RequestRecord] = []
+        self.count_calls = 0  # count_request calls made (the measured path's cost)
         self._cursor = 0
         self._call_serial = 0
         self._cache = _CachePrefix()
@@ -606,10 +630,39 @@ class ScriptedProvider:
     def parse_tool_calls(self, response: ChatResponse) -> list[ToolCall]:
         return list(response.tool_calls or [])
 
+    @property
+    def supports_request_count(self) -> bool:
+        """Whether ``count_request`` is offered (the measured-request path's provider side)."""
+        return self.config.count_requests
+
+    async def count_request(self, request: ChatRequest) -> dict[str, Any]:
+        """Count ``request`` exactly as ``complete`` would bill it (system, tool schemas and
+        messages, times ``usage_ratio``): the budget decision of the measured path."""
+        if not self.config.count_requests:
+            raise RuntimeError("provider-scripted: request counting is off (count_requests)")
+        self.count_calls += 1
+        messages, tools = _payload(request)
+        total = self._scaled(self._raw_size(messages, tools)[0])
+        return {
+            "estimated_input_tokens": total,
+            "input_limit_tokens": self.config.window_for(request.max_output_tokens),
+            "measurement": {
+                "kind": "provider_count",
+                "source": f"{PROVIDER_NAME}.count_request",
+                "input_tokens": total,
+            },
+        }
+
+    def _raw_size(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> tuple[int, list[int], int]:
+        """The request's exact size before ``usage_ratio``, its messages' costs, its tools'."""
+        message_costs = [self.counter.count_message(m) for m in messages]
+        tools_cost = self.counter.count_tools(tools) if tools else 0
+        return tools_cost + sum(message_costs), message_costs, tools_cost
+
     async def complete(self, request: ChatRequest, **kwargs: Any) -> ChatResponse:
-        # Metadata is bookkeeping for the context manager; a real provider never sends it.
-        messages = [m.model_dump(exclude_none=True, exclude={"metadata"}) for m in request.messages]
-        tools = [t.model_dump(exclude_none=True) for t in request.tools or []]
+        messages, tools = _payload(request)
         if is_summary_request(request):
             return await self._answer_summary(request, messages)
         await self._emit(
@@ -621,10 +674,9 @@ class ScriptedProvider:
                 "tool_count": len(tools),
             },
         )
-        message_costs = [self.counter.count_message(m) for m in messages]
-        tools_cost = self.counter.count_tools(tools) if tools else 0
-        total = self._scaled(tools_cost + sum(message_costs))
-        window = self.config.window
+        raw, message_costs, tools_cost = self._raw_size(messages, tools)
+        total = self._scaled(raw)
+        window = self.config.window_for(request.max_output_tokens)
         index = len(self.records)
 
         sequence = None
@@ -838,6 +890,14 @@ class ScriptedProvider:
             await self.hooks.emit(event, data)
         except Exception:  # observability must never break a request
             logger.warning("provider-scripted: emitting %s failed", event, exc_info=True)
+
+
+def _payload(request: ChatRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The messages and tool schemas a request sends. Metadata is bookkeeping for the
+    context manager; a real provider never sends it."""
+    messages = [m.model_dump(exclude_none=True, exclude={"metadata"}) for m in request.messages]
+    tools = [t.model_dump(exclude_none=True) for t in request.tools or []]
+    return messages, tools
 
 
 def is_summary_request(request: ChatRequest) -> bool:
