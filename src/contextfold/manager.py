@@ -620,7 +620,10 @@ class ContextFold:
                 continue
             ids.extend(block_ids)
             fold = await self._folder.fold(
-                record, [history.entries[i].message for i in block_ids], block_ids
+                record,
+                [history.entries[i].message for i in block_ids],
+                block_ids,
+                session_id=self._link.session_id if self._link is not None else None,
             )
             calls, reused, written = (
                 calls + fold.calls,

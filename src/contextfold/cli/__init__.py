@@ -127,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
         "-q", "--quiet", action="store_true", help="no progress bar (the table is still printed)"
     )
 
+    demo.add_argument(
+        "--store",
+        metavar="URL",
+        help="keep the managed run's session in a durable store (sqlite:///demo.db, "
+        "postgresql://...); see it with 'contextfold sessions list URL'",
+    )
     replay = commands.add_parser(
         "replay",
         help="show what context-fold sends at every request of a recorded conversation",
@@ -182,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="set one config key (repeatable; applied after --config)",
     )
     _add_output_options(replay, "replay-<file>-<timestamp>")
+    from contextfold.cli.sessions import add_sessions_parser
+
+    add_sessions_parser(commands)
     replay.add_argument(
         "-q",
         "--quiet",
@@ -213,6 +222,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from contextfold.cli.commands import run_demo_command
 
             return run_demo_command(args)
+        if args.command == "sessions":
+            from contextfold.cli.commands import run_sessions
+
+            return run_sessions(args)
         from contextfold.cli.commands import run_replay_command
 
         return run_replay_command(args)

@@ -64,9 +64,13 @@ def run_demo_command(args: argparse.Namespace) -> int:
         )
     if args.result_chars < MIN_RESULT_CHARS:
         return fail(f"--result-chars must be at least {MIN_RESULT_CHARS}, got {args.result_chars}")
-    settings = DemoSettings(window=args.window, steps=args.steps, result_chars=args.result_chars)
+    settings = DemoSettings(
+        window=args.window, steps=args.steps, result_chars=args.result_chars, store=args.store
+    )
     try:
         check_output_option(args.out)
+        if args.store is not None:
+            _check_store(args.store)
     except InputError as error:
         return fail(str(error))
 
@@ -332,3 +336,27 @@ def _replay_chart(result: ReplayResult, source: str, path: Path) -> Path:
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+# -- sessions ----------------------------------------------------------------------------------
+
+
+def _check_store(url: str) -> None:
+    from contextfold.store.base import StoreError
+    from contextfold.store.urls import store_from_url
+
+    try:
+        store_from_url(url)
+    except StoreError as error:
+        raise InputError("--store", str(error)) from None
+
+
+def run_sessions(args: argparse.Namespace) -> int:
+    from contextfold.cli.sessions import run_sessions_command
+
+    try:
+        status, text = run_sessions_command(args)
+    except InputError as error:
+        return fail(str(error))
+    print(text)
+    return status

@@ -61,6 +61,7 @@ class DemoSettings:
     steps: int = DEFAULT_STEPS
     result_chars: int = DEFAULT_RESULT_CHARS
     max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
+    store: str | None = None  # keep the managed run's session in this durable store
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,10 @@ def mount_plan(settings: DemoSettings, *, managed: bool) -> dict[str, Any]:
         },
         # The demo charts every request, so it asks for a report on each.
         "context": {
-            "config": {"report_events": "every_request"}
+            "config": (
+                {"report_events": "every_request"}
+                | ({"store": settings.store} if settings.store else {})
+            )
             if managed
             else {"report_events": "every_request", "compaction_enabled": False}
         },
