@@ -58,9 +58,7 @@ async def _run(store: SessionStore, args: argparse.Namespace) -> tuple[int, str]
             raise InputError("SESSION_ID", f"no session {args.session!r} in {args.store}")
         if args.action == "show":
             return 0, await _show(store, session)
-        text = "".join(
-            json.dumps(m.message, ensure_ascii=False) + "\n" for m in session.messages
-        )
+        text = "".join(json.dumps(m.message, ensure_ascii=False) + "\n" for m in session.messages)
         if args.out:
             path = write_output_file(Path(args.out), text.encode("utf-8"))
             return 0, f"{len(session.messages)} messages written to {display_path(path)}"
