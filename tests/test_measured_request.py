@@ -66,7 +66,7 @@ class Counter:
         }
 
 
-def fold(**settings: Any) -> ContextFold:
+def fold(on_event: Any = None, **settings: Any) -> ContextFold:
     base = {
         "max_tokens": 6_000,
         "token_meter": "actual",
@@ -77,7 +77,7 @@ def fold(**settings: Any) -> ContextFold:
         "protected_tool_results": 1,
         "compaction_notice_enabled": False,
     }
-    return ContextFold({**base, **settings})
+    return ContextFold({**base, **settings}, on_event=on_event)
 
 
 async def filled(context: ContextFold, rounds: int = 8, chars: int = 1_600) -> ContextFold:
@@ -617,11 +617,20 @@ async def test_a_prompt_no_output_cap_can_fit_fails_closed() -> None:
     plan = session_plan(steps=0, context=FOLD, provider=model)
     session = AmplifierSession(plan)
     await session.initialize()
+    retries: list[dict[str, Any]] = []
+
+    async def record(event: str, data: dict[str, Any]) -> HookResult:
+        retries.append(dict(data))
+        return HookResult()
+
+    session.coordinator.hooks.register(EVENT_OVERFLOW_RETRY, record, name="rec-retry")
     try:
         with pytest.raises(Exception, match="ContextLengthError"):
             await session.execute("Read this: " + prose(6, 90_000))
         provider = session.coordinator.get("providers")["scripted"]
         assert not chat(provider.records)  # nothing over the window was ever sent
+        assert not retries  # the context's own refusal is final: no refit retry
+        assert provider.count_calls <= 1 + 8 + FIT_OUTPUT_RECOUNTS
         assert await session.coordinator.get("context").get_messages()
     finally:
         await session.cleanup()
@@ -667,3 +676,27 @@ async def test_a_provider_billing_twice_the_estimate_overflows_once_then_finishe
     assert [d["budget_source"] for d in retries] == [
         "error_doubled" if limit_only else "error_scaled"
     ]
+
+
+async def test_commit_reports_the_pass_with_the_provider_count_and_emits_its_events() -> None:
+    events: list[tuple[str, dict[str, Any]]] = []
+
+    async def on_event(event: str, data: dict[str, Any]) -> None:
+        events.append((event, data))
+
+    context = await filled(fold(on_event=on_event))
+    own = sum(context.counter.count_message(m) for m in await context.get_messages_for_request())
+    count = Counter(context, overhead=context.last_report.trigger - own + 500)
+    events.clear()
+    result = await context.get_measured_request_view(
+        provider=None, retain_contents=[], count_view=count
+    )
+    assert not [e for e, _ in events if e == "context:compaction"]  # staged, not applied
+    await result["transaction"].commit()
+    assert [e for e, _ in events if e == "context:compaction"]
+    report = context.last_report
+    assert report is not None and report.compacted and report.size_source == "provider_count"
+    assert (report.tokens_before, report.tokens_after) == (
+        result["measured_before"],
+        result["measured_after"],
+    )

@@ -191,7 +191,9 @@ async def measured_request_view(
         # The provider could not count: the legacy meter plans this request.
         return await _legacy(context, provider, reminders, count_view, calls=1)
     async with context._lock:
-        return await negotiation.reduce(first, count_view, fit_output)
+        envelope = await negotiation.reduce(first, count_view, fit_output)
+    await negotiation.emit()
+    return envelope
 
 
 class _Negotiation:
@@ -222,6 +224,34 @@ class _Negotiation:
         self.target = math.floor(cfg.target_usage * usable)
         self.base = context._state
         self.retained = context._find_reminders(reminders, decision)
+        self.first: _Candidate | None = None
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def delivered(self, final: _Candidate, result: PassResult | None) -> list[tuple[str, Any]]:
+        """Record ``final`` as the delivered request (report, meter bookkeeping) and return
+        the events to emit once the lock is released, as the legacy path does."""
+        context, first = self.context, self.first
+        assert first is not None
+        report = context._report(
+            self.decision,
+            first.count.measured or 0,
+            final.count.measured or 0,
+            len(first.view),
+            len(final.view),
+            ratio=self.ratio,
+            trigger=self.trigger,
+            target=self.target,
+            hard_fit=False,
+            result=result,
+            source="provider_count",
+        )
+        # No messages: the caller already holds the counted view; only the bookkeeping.
+        return context._deliver([], final.raw, self.decision, report, result)[1]
+
+    async def emit(self) -> None:
+        events, self.events = self.events, []
+        for event, data in events:
+            await self.context._events.emit(event, data)
 
     def public(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The view as the caller gets it (the system prompt factory's text in front)."""
@@ -299,13 +329,13 @@ class _Negotiation:
         size = self.messages_size(first)
         measured_first = first.count.measured
         assert measured_first is not None
+        self.first = first
         if (
             size <= self.trigger
             and measured_first <= budget
             and not first.count.hard_over
             and first.result is None
         ):
-            self.context._last_delivered_raw = first.raw
             return self.envelope(NOT_NEEDED, first, first, None)
         best = first
         outcome = PROTECTED_FLOOR
@@ -382,10 +412,12 @@ class _Negotiation:
                 messages_after = math.ceil(result.raw_total * ratio) + overhead
                 context._missed_target_at = None if messages_after <= target else messages_after
                 applied.append((before, missed_before, context._state))
-                # The meter's next reading describes this view.
-                context._last_delivered_raw = candidate.raw
+                # The report and the meter's next reading describe this view.
+                events = self.delivered(candidate, result)
                 if context._link is not None:
                     await context._persist()
+            for event, data in events:
+                await context._events.emit(event, data)
             return True
 
         def undo() -> None:
@@ -405,6 +437,8 @@ class _Negotiation:
         final: _Candidate,
         transaction: MeasuredTransaction | None,
     ) -> dict[str, Any]:
+        if transaction is None:  # nothing to commit: this view is delivered as it stands
+            self.events = self.delivered(final, None)
         attempt = final.count.attempt
         return {
             "outcome": outcome,

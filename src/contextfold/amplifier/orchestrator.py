@@ -293,11 +293,14 @@ class _Turn:
         # Ephemeral injections ride on this request (and on its refit retry), then vanish.
         extra, self._ephemeral = self._ephemeral, []
         measured = self._measured_capability()
-        try:
-            if measured is not None:
-                return await self._measured_request(measured, extra)
+        if measured is not None:
+            # The context's own fail-closed error is final: no refit can fit what it refused.
+            request = await self._measured_request(measured, extra)
+        else:
             messages = await self.context.get_messages_for_request(provider=self.provider)
-            return await self._complete(messages, extra)
+            request = self._build_request(messages, extra)
+        try:
+            return await self._send(request)
         except ContextLengthError as error:
             if self.config.overflow == "raise":
                 raise  # provider:error is already out; like loop-basic, the session ends here
@@ -337,9 +340,10 @@ class _Turn:
         capability = get_capability(MEASURED_REQUEST_VIEW)
         return capability if callable(capability) else None
 
-    async def _measured_request(self, measure: Any, extra: list[_Injection]) -> ChatResponse:
+    async def _measured_request(self, measure: Any, extra: list[_Injection]) -> ChatRequest:
         """One request on the negotiated path: the provider counts each view the context
-        offers as the complete request; the counted request is what is dispatched."""
+        offers as the complete request; the counted request, returned with the context's
+        transaction committed, is what is dispatched."""
 
         async def count_view(view: list[dict[str, Any]]) -> dict[str, Any]:
             request = self._build_request(view, extra)
@@ -375,7 +379,7 @@ class _Turn:
             if transaction is not None:
                 transaction.rollback()
             raise
-        return await self._send(request)
+        return request
 
     async def _count(self, request: ChatRequest) -> Any:
         return await self.provider.count_request(request)
