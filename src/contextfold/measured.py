@@ -220,6 +220,7 @@ class _Negotiation:
         budget = decision.effective_budget
         self.reserve = context._notice_reserve(budget)
         usable = max(0, budget - self.reserve)
+        self.usable = usable
         self.trigger = math.floor(cfg.compact_threshold * usable)
         self.target = math.floor(cfg.target_usage * usable)
         self.base = context._state
@@ -330,8 +331,12 @@ class _Negotiation:
         measured_first = first.count.measured
         assert measured_first is not None
         self.first = first
+        # As on the legacy path: when protection held the last pass above its target, a
+        # pass at the trigger would find the same floor and rewrite the prompt prefix for a
+        # few tokens per request, so the next one waits for the hard limit.
+        fires_at = self.usable if self.context._missed_target_at is not None else self.trigger
         if (
-            size <= self.trigger
+            size <= fires_at
             and measured_first <= budget
             and not first.count.hard_over
             and first.result is None
