@@ -25,6 +25,7 @@ from contextfold import REPORT, ContextFold
 from contextfold.amplifier.doc_tool import DocLookupTool, render_document
 from contextfold.amplifier.orchestrator import (
     EVENT_MAX_ITERATIONS,
+    EVENT_MEASURED_REQUEST,
     EVENT_OVERFLOW_RETRY,
     FoldLoop,
     LoopConfig,
@@ -170,7 +171,7 @@ async def test_whole_session_runs_in_the_real_kernel() -> None:
     )
     assert recorder.of("orchestrator:complete")[0]["status"] == "success"
     assert recorder.of("tool:post")[0]["tool_result"]["success"] is True
-    assert [EVENT_OVERFLOW_RETRY, EVENT_MAX_ITERATIONS] in contributed
+    assert [EVENT_OVERFLOW_RETRY, EVENT_MAX_ITERATIONS, EVENT_MEASURED_REQUEST] in contributed
 
 
 async def test_second_execute_continues_the_same_conversation() -> None:
