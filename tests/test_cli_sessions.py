@@ -91,3 +91,23 @@ def test_demo_keeps_its_session_in_a_store(
     assert "session" in header and int(row.split()[1]) == 11  # system + prompt + 4 x 2 + answer
     assert main(["demo", "--steps", "2", "--quiet", "--store", "ftp://x"]) == 2
     assert "--store" in capsys.readouterr().err
+
+
+def test_demo_with_tools_compares_the_message_budget_with_the_measured_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "tools"
+    status = main(
+        ["demo", "--tools", "52", "--quiet", "--no-chart", "--out", str(out)]
+    )  # fmt: skip
+    assert status == 0
+    printed = capsys.readouterr().out
+    assert "message-only budget" in printed and "measured request" in printed
+    runs = json.loads((out / "demo.json").read_text())["runs"]
+    legacy, measured = runs["unmanaged"], runs["managed"]
+    assert legacy["count_calls"] == 0 and measured["count_calls"] >= measured["requests"]
+    # The schemas the context never sees push the message-only budget over the window; the
+    # measured request, counted whole by the provider, never goes over.
+    assert legacy["refused"] >= 1 and legacy["overflowed"]
+    assert measured["refused"] == 0 and not measured["overflowed"]
+    assert legacy["completed"] and measured["completed"]

@@ -552,9 +552,12 @@ async def test_tool_schemas_the_message_budget_misses_overflow_and_the_measured_
     assert not [e for e, _ in events if e == EVENT_OVERFLOW_RETRY]
     outcomes = [d for e, d in events if e == EVENT_MEASURED_REQUEST]
     assert len(outcomes) == len(chat(measured.records))
-    # The schemas take most of the target, so compaction ends at the protected floor: the
-    # outcome says so rather than calling it target success.
-    assert {d["outcome"] for d in outcomes} == {NOT_NEEDED, PROTECTED_FLOOR}
+    # Trigger and target are fractions of the provider's own limit (the count covers the
+    # schemas): most requests need nothing, and a pass reports what it reached.
+    kinds = {d["outcome"] for d in outcomes}
+    assert NOT_NEEDED in kinds and kinds <= {NOT_NEEDED, TARGET_REACHED, PROTECTED_FLOOR}
+    # No compaction storm: a pass is the exception, not every request.
+    assert sum(d["outcome"] != NOT_NEEDED for d in outcomes) <= len(outcomes) // 4
     # Count calls per request: the original plus at most one per rung.
     assert all(1 <= d["count_calls"] <= 1 + 8 for d in outcomes)
     assert measured.count_calls == sum(d["count_calls"] for d in outcomes)

@@ -210,23 +210,26 @@ class _Negotiation:
         self.decision = decision
         self.system_prompt = system_prompt
         self.calls = 0
-        cfg = context.config
         self.model = decision.model or context._model
         context._model = self.model
         self.ratio = context._ratio(self.model)
         self.request_raw = context.counter.request_overhead + (
             system_prompt.raw_change if system_prompt is not None else 0
         )
-        budget = decision.effective_budget
-        self.reserve = context._notice_reserve(budget)
-        usable = max(0, budget - self.reserve)
-        self.usable = usable
-        self.trigger = math.floor(cfg.compact_threshold * usable)
-        self.target = math.floor(cfg.target_usage * usable)
+        self.set_budget(decision.effective_budget)
         self.base = context._state
         self.retained = context._find_reminders(reminders, decision)
         self.first: _Candidate | None = None
         self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def set_budget(self, budget: int) -> None:
+        """Trigger and target as fractions of ``budget`` less the notice's reserve."""
+        cfg = self.context.config
+        self.budget = budget
+        self.reserve = self.context._notice_reserve(budget)
+        self.usable = max(0, budget - self.reserve)
+        self.trigger = math.floor(cfg.compact_threshold * self.usable)
+        self.target = math.floor(cfg.target_usage * self.usable)
 
     def delivered(self, final: _Candidate, result: PassResult | None) -> list[tuple[str, Any]]:
         """Record ``final`` as the delivered request (report, meter bookkeeping) and return
@@ -304,7 +307,7 @@ class _Negotiation:
             counter=context.counter,
             target_raw=raw(self.target),
             limit_raw=raw(self.trigger),
-            budget_raw=raw(self.decision.effective_budget),
+            budget_raw=raw(self.budget),
             protected_recent=cfg.protected_recent,
             protected_tool_results=cfg.protected_tool_results,
             truncate_chars=cfg.truncate_chars,
@@ -326,7 +329,13 @@ class _Negotiation:
     async def reduce(
         self, first: _Candidate, count_view: CountView, fit_output: FitOutput | None
     ) -> dict[str, Any]:
-        budget = self.decision.effective_budget
+        if first.count.limit > 0:
+            # The provider counted the whole request, tool schemas and overlays included:
+            # the honest budget is its own input limit (capped by max_tokens), not the
+            # estimate-based one, whose safety margin is there for counts we could not make.
+            cap = self.context.config.max_tokens
+            self.set_budget(min(first.count.limit, cap) if cap else first.count.limit)
+        budget = self.budget
         size = self.messages_size(first)
         measured_first = first.count.measured
         assert measured_first is not None
@@ -369,7 +378,10 @@ class _Negotiation:
             if self.messages_size(best) <= self.target and not count.hard_over:
                 outcome = TARGET_REACHED
                 break
-        if best.count.hard_over or best.count.measured > budget:  # type: ignore[operator]
+        # The provider's count is exact: only its hard limit refuses a request. Over the
+        # context's own budget (which keeps a margin for estimation error) but under that
+        # limit is a protected floor, dispatched and reported as such.
+        if best.count.hard_over:
             return await self.fit(first, best, fit_output)
         return self.envelope(outcome, first, best, self.stage(best))
 

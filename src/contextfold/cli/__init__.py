@@ -78,6 +78,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is below 0")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="contextfold",
@@ -127,6 +137,15 @@ def build_parser() -> argparse.ArgumentParser:
         "-q", "--quiet", action="store_true", help="no progress bar (the table is still printed)"
     )
 
+    demo.add_argument(
+        "--tools",
+        type=_non_negative_int,
+        default=0,
+        metavar="N",
+        help="mount N extra tools whose schemas ride on every request, and compare the "
+        "message-only budget with the measured request (the provider counts the whole "
+        "request) instead of no compaction with context-fold (default 0)",
+    )
     demo.add_argument(
         "--store",
         metavar="URL",

@@ -65,7 +65,11 @@ def run_demo_command(args: argparse.Namespace) -> int:
     if args.result_chars < MIN_RESULT_CHARS:
         return fail(f"--result-chars must be at least {MIN_RESULT_CHARS}, got {args.result_chars}")
     settings = DemoSettings(
-        window=args.window, steps=args.steps, result_chars=args.result_chars, store=args.store
+        window=args.window,
+        steps=args.steps,
+        result_chars=args.result_chars,
+        store=args.store,
+        tools=args.tools,
     )
     try:
         check_output_option(args.out)
@@ -174,6 +178,15 @@ def _demo_chart(result: DemoResult, path: Path) -> Path:
 
 def _demo_verdict(result: DemoResult) -> str:
     managed, unmanaged = result.managed, result.unmanaged
+    if result.settings.tools:
+        served = managed.requests - managed.refused
+        return (
+            f"With {result.settings.tools} tools whose schemas ride on every request, the "
+            f"message-only budget let {unmanaged.refused} request(s) over the window (refused "
+            f"by the provider, then refitted); the measured request let "
+            f"{managed.refused}, with {managed.count_calls} whole-request counts for "
+            f"{served} requests ({managed.count_calls / max(1, served):.2f} per request)."
+        )
     fits = managed.largest_request <= managed.input_limit
     return (
         f"Without compaction the largest request was {unmanaged.largest_request:,} tokens, "

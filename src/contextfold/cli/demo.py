@@ -22,7 +22,7 @@ from typing import Any
 
 from amplifier_core import AmplifierSession
 from amplifier_core.llm_errors import ContextLengthError
-from amplifier_core.models import HookResult
+from amplifier_core.models import HookResult, ToolResult
 
 from contextfold.events import COMPACTION, REPORT
 
@@ -62,6 +62,10 @@ class DemoSettings:
     result_chars: int = DEFAULT_RESULT_CHARS
     max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
     store: str | None = None  # keep the managed run's session in this durable store
+    # With tools (N catalog tools whose schemas ride on every request), the two runs compare
+    # the message-only budget with the measured request (the provider counts the whole
+    # request, tool schemas included) instead of no compaction with context-fold.
+    tools: int = 0
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,7 @@ class RunSummary:
     missing_tool_results: int  # tool runs whose result is not in the history
     final_text: str
     completed: bool  # the scripted task reached its final answer
+    count_calls: int = 0  # whole-request counts the provider made (the measured path)
 
     @property
     def requests(self) -> int:
@@ -142,7 +147,13 @@ class RunSummary:
             "cache_share": round(self.cache_share, 4),
             "history_kept": self.history_kept,
             "overflowed": self.overflowed,
+            "refused": self.refused,
         }
+
+    @property
+    def refused(self) -> int:
+        """Requests the provider refused as over its input limit."""
+        return sum(1 for p in self.points if p.rejected)
 
 
 @dataclass
@@ -161,6 +172,18 @@ class DemoResult:
         }
 
 
+def _context_config(settings: DemoSettings, *, managed: bool) -> dict[str, Any]:
+    config: dict[str, Any] = {"report_events": "every_request"}
+    if settings.tools:
+        # The message-only budget (estimate) against the measured request (actual + counts).
+        config["token_meter"] = "actual" if managed else "estimate"
+    elif not managed:
+        config["compaction_enabled"] = False
+    if managed and settings.store:
+        config["store"] = settings.store
+    return config
+
+
 def mount_plan(settings: DemoSettings, *, managed: bool) -> dict[str, Any]:
     """The Amplifier mount plan of one run (also written to the output folder)."""
     return {
@@ -171,14 +194,7 @@ def mount_plan(settings: DemoSettings, *, managed: bool) -> dict[str, Any]:
             "config": {"system_prompt": SYSTEM_PROMPT, "max_iterations": settings.steps + 10}
         },
         # The demo charts every request, so it asks for a report on each.
-        "context": {
-            "config": (
-                {"report_events": "every_request"}
-                | ({"store": settings.store} if settings.store else {})
-            )
-            if managed
-            else {"report_events": "every_request", "compaction_enabled": False}
-        },
+        "context": {"config": _context_config(settings, managed=managed)},
         "providers": [
             {
                 "module": "provider-scripted",
@@ -191,8 +207,11 @@ def mount_plan(settings: DemoSettings, *, managed: bool) -> dict[str, Any]:
                     },
                     "context_window": settings.window,
                     "max_output_tokens": settings.max_output_tokens,
-                    "enforce_window": managed,
-                },
+                    # With tools both runs are compacted, and the provider refuses what is over
+                    # its limit in both; only the measured run has it count requests.
+                    "enforce_window": managed or settings.tools > 0,
+                }
+                | ({"count_requests": managed} if settings.tools else {}),
             }
         ],
         "tools": [{"module": "tool-doc-lookup", "config": {"result_chars": settings.result_chars}}],
@@ -238,6 +257,9 @@ async def run_session(
         await session.initialize()
         provider = _mounted(session, "providers", "scripted")
         _mounted(session, "tools", "lookup")
+        for index in range(settings.tools):
+            tool = CatalogTool(index)
+            await session.coordinator.mount("tools", tool, name=tool.name)
         hooks = session.coordinator.hooks
         hooks.register(COMPACTION, on_compaction, name="contextfold-demo-compaction")
         hooks.register(REPORT, on_report, name="contextfold-demo-report")
@@ -282,8 +304,12 @@ async def run_session(
     # And each tool run's result is there under its own call id, not just some message.
     kept_ids = {m.get("tool_call_id") for m in history if m.get("role") == "tool"}
     last = reports[-1] if reports else {}
+    if settings.tools:
+        label = "measured request" if managed else "message-only budget"
+    else:
+        label = "with context-fold" if managed else "without compaction"
     return RunSummary(
-        label="with context-fold" if managed else "without compaction",
+        label=label,
         managed=managed,
         input_limit=provider.config.window,
         points=points,
@@ -297,7 +323,46 @@ async def run_session(
         missing_tool_results=len(set(tool_call_ids) - kept_ids),
         final_text=final_text,
         completed=final_text == FINAL_TEXT.format(steps=settings.steps),
+        count_calls=provider.count_calls,
     )
+
+
+class CatalogTool:
+    """One of many mounted tools with a sizeable schema (a catalog query), as agents with large
+    toolsets carry: its schema rides on every request; the scripted task never calls it."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.name = f"catalog_{index}"
+        self.description = (
+            f"Query section {index} of the product catalog. Matches entries by name, family, "
+            "region, price band, supplier and free-text notes; returns each match with its "
+            "stock on hand per warehouse, the lead time for a reorder, the supplier's contact, "
+            "the last three price changes and any open quality notice. Use it before quoting "
+            "a customer, never for entries outside this section."
+        )
+        fields = {
+            "name": "Product name or a prefix of it; case-insensitive.",
+            "family": "Product family, as listed in the catalog's table of contents.",
+            "region": "Sales region code (EMEA, AMER, APAC) the stock should be counted in.",
+            "price_band": "Price band from A (lowest) to F (highest) to restrict matches to.",
+            "supplier": "Supplier name or number, when only one supplier's items are wanted.",
+            "notes": "Free text matched against the entry's notes and quality notices.",
+        }
+        self.input_schema = {
+            "type": "object",
+            "properties": {
+                field: {"type": "string", "description": f"{text} (section {index})"}
+                for field, text in fields.items()
+            },
+            "required": ["name"],
+        }
+
+    def get_schema(self) -> dict[str, Any]:
+        return self.input_schema
+
+    async def execute(self, input: dict[str, Any]) -> ToolResult:
+        return ToolResult(success=True, output=f"catalog section {self.index}: nothing found")
 
 
 def _mounted(session: AmplifierSession, mount_point: str, name: str) -> Any:

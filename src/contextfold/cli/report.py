@@ -79,6 +79,17 @@ def demo_table(result: DemoResult) -> Table:
         ("  not from the cache", f"{unmanaged.uncached_tokens:,}", f"{managed.uncached_tokens:,}"),
         ("full history kept", _history(unmanaged), _history(managed)),
         ("request over the window", _overflow(unmanaged), _overflow(managed)),
+        *(
+            [
+                (
+                    "whole-request counts",
+                    f"{unmanaged.count_calls:,}",
+                    f"{managed.count_calls:,}",
+                )
+            ]
+            if settings.tools
+            else []
+        ),
         ("task finished", _yes(unmanaged.completed), _yes(managed.completed)),
     ]
     for row in rows:
