@@ -152,3 +152,20 @@ async def test_a_forced_refit_caps_later_requests_so_the_overflow_does_not_repea
     await ctx.get_messages_for_request(token_budget=90_000, provider=provider, hard_fit=True)
     await ctx.get_messages_for_request(provider=provider)
     assert ctx.last_report.budget == 40_000
+
+
+async def test_the_refit_cap_yields_when_the_required_core_cannot_fit_under_it() -> None:
+    """A session dies only when it must: the cap a refit taught is a lesson, not a limit the
+    provider stated, so a request whose required core exceeds it goes out at the budget."""
+    ctx = ContextFold(token_counter="heuristic")
+    provider = Provider(MI)
+    await ctx.set_messages([SYSTEM, human("go")])
+    await ctx.get_messages_for_request(token_budget=2_000, provider=provider, hard_fit=True)
+    await ctx.add_message(human("x " * 4_000))  # a last human prompt larger than the cap
+    view = await ctx.get_messages_for_request(provider=provider)
+    assert ctx.last_report.budget > 2_000 and view[-1]["content"].startswith("x ")
+    # Where the core does fit under the cap, the cap holds.
+    await ctx.add_message({"role": "assistant", "content": "ok"})
+    await ctx.add_message(human("short"))
+    await ctx.get_messages_for_request(provider=provider)
+    assert ctx.last_report.budget == 2_000

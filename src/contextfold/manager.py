@@ -31,7 +31,7 @@ from .conventions import (
     stamp_timestamp,
     system_prompt_message,
 )
-from .errors import ConfigError
+from .errors import ConfigError, ContextLengthError
 from .events import (
     BUDGET,
     CALIBRATION,
@@ -261,10 +261,21 @@ class ContextFold:
                 # estimate of the window. Keep the refit budget as a cap on later requests.
                 self._refit_cap = min(token_budget, self._refit_cap or token_budget)
             await self._loaded()
-            decision = decision.with_refit_cap(self._refit_cap)
-            view, events = await self._plan_request(
-                decision, hard_fit, required_reminders, self._system_prompt_view(system_prompt)
-            )
+            capped = decision.with_refit_cap(self._refit_cap)
+            prompt_view = self._system_prompt_view(system_prompt)
+            try:
+                view, events = await self._plan_request(
+                    capped, hard_fit, required_reminders, prompt_view
+                )
+            except ContextLengthError:
+                if capped is decision:
+                    raise
+                # The cap is a lesson from one overflow, not a limit the provider stated: when
+                # the required core cannot fit under it, try the budget itself before ending
+                # the session (the provider refuses what it must, and the loop refits).
+                view, events = await self._plan_request(
+                    decision, hard_fit, required_reminders, prompt_view
+                )
             if self._link is not None:
                 await self._persist()
         for event, data in events:
