@@ -10,6 +10,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from .budget import BudgetDecision, derive_budget
+from .compaction.relaxation import RELAXATION_ORDER, Relaxation
 from .config import ContextConfig
 from .errors import ConfigError, ContextLengthError, MessageValidationError
 from .events import (
@@ -18,11 +19,16 @@ from .events import (
     CALIBRATION,
     COMPACTION,
     INGRESS_TRUNCATED,
+    REPAIRED,
     REPORT,
+    SUMMARY,
 )
-from .manager import ContextFold
+from .manager import ContextFold, SummaryStats
 from .messages import Kind
+from .recall import RecallError
+from .repair import Repair
 from .report import RequestReport
+from .store import ConcurrentUpdateError, StoreError
 from .tokens import (
     CalibratedCounter,
     ExactCounter,
@@ -43,9 +49,13 @@ __all__ = [
     "CALIBRATION",
     "COMPACTION",
     "INGRESS_TRUNCATED",
+    "RELAXATION_ORDER",
+    "REPAIRED",
     "REPORT",
+    "SUMMARY",
     "BudgetDecision",
     "CalibratedCounter",
+    "ConcurrentUpdateError",
     "ConfigError",
     "ContextConfig",
     "ContextFold",
@@ -54,7 +64,12 @@ __all__ = [
     "HeuristicCounter",
     "Kind",
     "MessageValidationError",
+    "RecallError",
+    "Relaxation",
+    "Repair",
     "RequestReport",
+    "StoreError",
+    "SummaryStats",
     "TokenCounter",
     "__version__",
     "build_counter",

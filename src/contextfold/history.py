@@ -309,10 +309,6 @@ class History:
             total += swap[1] if swap is not None else self.entries[i].cost
         return total
 
-    def unit_size(self, unit: Unit) -> int:
-        """How many messages of history a unit holds."""
-        return len(unit.entries)
-
 
 def _result_block_positions(message: Mapping[str, Any], result_positions: list[int]) -> list[int]:
     """Content positions of the tool_result blocks numbered ``result_positions`` among them."""
