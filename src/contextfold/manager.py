@@ -532,22 +532,16 @@ class ContextFold:
                 target_raw=raw(target),
                 limit_raw=raw(trigger),
                 budget_raw=raw(budget),
-                protected_recent=cfg.protected_recent,
-                protected_tool_results=cfg.protected_tool_results,
-                truncate_chars=cfg.truncate_chars,
                 retained=retained,
-                notice_role=cfg.compaction_notice_role,
                 notice_reserve=reserve,
-                notice_enabled=cfg.compaction_notice_enabled,
-                notice_verbosity=cfg.compaction_notice_verbosity,
-                notice_min_level=cfg.compaction_notice_min_level,
+                **self._pass_settings(),
                 summary_blocks=blocks,
                 summary_free_blocks=free,
             )
             result = compact(ladder=self._ladder)
             if result.state.pending_summary:
                 result = await self._summarized(
-                    result, compact, raw(budget) - request_raw, base.summary_record
+                    result, compact, raw(budget) - request_raw, base.summary_record, blocks
                 )
             after_raw = result.raw_total + result.notice_cost + request_raw
             after = math.ceil(after_raw * ratio) + overhead
@@ -613,19 +607,18 @@ class ContextFold:
         compact: Callable[..., PassResult],
         budget_raw: int,
         record: SummaryRecord | None,
+        blocks: Sequence[tuple[int, ...]],
     ) -> PassResult:
         """Fold the turns the pass summarized into the summary the view carries; if the
         summarizer fails (or its summary would not fit), plan the pass again without the
         summarize rung. Nothing is ever written as a summary from a failure."""
         history = self._history
         state = result.state
-        rung = self._summarize_rung
-        assert rung is not None
         pending = state.pending_summary
         ids: list[int] = []
         calls = reused = written = 0
         failed: SummaryFailure | None = None
-        for block in summary_blocks(history, rung.span_budget):
+        for block in blocks:
             block_ids = [i for u in block if u in pending for i in history.units[u].entries]
             if not block_ids:
                 continue
@@ -807,6 +800,19 @@ class ContextFold:
         state.summary_record = chain
         self.summary_stats.reused += links
         return state
+
+    def _pass_settings(self) -> dict[str, Any]:
+        """The configured protection and notice settings every compaction pass runs with."""
+        cfg = self.config
+        return {
+            "protected_recent": cfg.protected_recent,
+            "protected_tool_results": cfg.protected_tool_results,
+            "truncate_chars": cfg.truncate_chars,
+            "notice_role": cfg.compaction_notice_role,
+            "notice_enabled": cfg.compaction_notice_enabled,
+            "notice_verbosity": cfg.compaction_notice_verbosity,
+            "notice_min_level": cfg.compaction_notice_min_level,
+        }
 
     def _notice_reserve(self, budget: int) -> int:
         """Tokens set aside for the notice: the configured reserve, at most a tenth of the

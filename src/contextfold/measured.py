@@ -295,7 +295,7 @@ class _Negotiation:
         return _Candidate(view, raw, notice_cost, count, result)
 
     def compact(self, *, ladder: Sequence[Any], overhead: int) -> PassResult:
-        context, cfg = self.context, self.context.config
+        context = self.context
         ratio, request_raw = self.ratio, self.request_raw
 
         def raw(tokens: int) -> int:
@@ -308,15 +308,9 @@ class _Negotiation:
             target_raw=raw(self.target),
             limit_raw=raw(self.trigger),
             budget_raw=raw(self.budget),
-            protected_recent=cfg.protected_recent,
-            protected_tool_results=cfg.protected_tool_results,
-            truncate_chars=cfg.truncate_chars,
             retained=self.retained,
-            notice_role=cfg.compaction_notice_role,
             notice_reserve=self.reserve,
-            notice_enabled=cfg.compaction_notice_enabled,
-            notice_verbosity=cfg.compaction_notice_verbosity,
-            notice_min_level=cfg.compaction_notice_min_level,
+            **context._pass_settings(),
             ladder=ladder,
         )
 
