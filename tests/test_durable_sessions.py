@@ -20,7 +20,7 @@ from contextfold import ConfigError, ContextFold
 from contextfold.store import ConcurrentUpdateError
 from contextfold.summaries import scripted_summarizer
 from contextfold.tokens import HeuristicCounter
-from support import SYSTEM, human, tool_round
+from support import SYSTEM, hook_note, human, reply, tool_round
 
 BUDGET = 8_000
 
@@ -98,9 +98,12 @@ async def test_summaries_made_by_one_worker_are_reused_by_the_next(tmp_path: Pat
 
     store = url(tmp_path)
     first = ContextFold(
-        store=store, session_id="s", summarizer=summarizer, strategies=ladder,
+        store=store,
+        session_id="s",
+        summarizer=summarizer,
+        strategies=ladder,
         token_counter="heuristic",
-    )  # fmt: skip
+    )
     await first.set_messages([SYSTEM, human("go")])
     await run(first, range(25))
     made = calls["n"]
@@ -109,9 +112,12 @@ async def test_summaries_made_by_one_worker_are_reused_by_the_next(tmp_path: Pat
     # into another session of the same store finds every summary in the store.
     transcript = await first.get_messages()
     second = ContextFold(
-        store=store, session_id="other", summarizer=summarizer, strategies=ladder,
+        store=store,
+        session_id="other",
+        summarizer=summarizer,
+        strategies=ladder,
         token_counter="heuristic",
-    )  # fmt: skip
+    )
     await second.set_messages(transcript)
     view = await second.get_messages_for_request(token_budget=BUDGET)
     assert calls["n"] == made  # no summarizer call: the records were found
@@ -191,3 +197,211 @@ async def test_mounted_in_amplifier_the_session_id_comes_from_the_kernel(tmp_pat
     [stored] = await again.get("context").get_messages()
     assert stored["content"] == "kept across processes"
     assert first.session_id == again.session_id
+
+
+# -- stored classifications: a resume inspects nothing again ---------------------------------
+
+CALL = {"id": "c1", "type": "function", "function": {"name": "grep", "arguments": "{}"}}
+SIGNED = {"type": "thinking", "thinking": "Which file first?", "signature": "sig-1"}
+
+# Every kind of message and sequence fault the classification tells apart.
+VARIED: list[dict[str, Any]] = [
+    SYSTEM,
+    {"role": "developer", "content": "Answer in English."},
+    {"role": "system", "content": "A hook's note.", "metadata": {"source": "hook"}},
+    human("Find the failing deploy."),
+    {"role": "user", "content": "typed at the prompt", "metadata": {"source": "cli"}},
+    {"role": "user", "content": "from another bot", "metadata": {"source": "bot"}},
+    # OpenAI shape: a call, a hook note while it waits, its result.
+    {"role": "assistant", "content": None, "tool_calls": [CALL]},
+    hook_note("tool:pre fired"),
+    {"role": "tool", "tool_call_id": "c1", "content": "deploy.log: exit 1"},
+    # Amplifier shape, a dict result, and an oversized one (clipped at ingress).
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "c2", "tool": "read", "arguments": {"path": "a"}},
+            {"id": "c3", "tool": "read", "arguments": {"path": "b"}},
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c2", "content": {"ok": True, "lines": [1, 2]}},
+    {"role": "tool", "tool_call_id": "c3", "content": "x" * 5_000},
+    # Anthropic: signed thinking, a tool_use, results of which one answers nothing.
+    {
+        "role": "assistant",
+        "content": [
+            SIGNED,
+            {"type": "text", "text": "Reading two files."},
+            {"type": "tool_use", "id": "tu1", "name": "read", "input": {"path": "c"}},
+        ],
+    },
+    {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "tu1", "content": "c's text"},
+            {"type": "tool_result", "tool_use_id": "ghost", "content": "nobody asked"},
+        ],
+    },
+    {"role": "assistant", "content": [{"type": "redacted_thinking", "data": "opaque"}]},
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "thinking", "thinking": "unsigned"},
+            {"type": "text", "text": "hm"},
+        ],
+    },
+    {"role": "assistant", "content": "kept aside", "thinking_block": SIGNED},
+    {"role": "assistant", "content": "from a transcript", "thinking_text": "why"},
+    # Orphans: a result for a call nobody made, one naming no call.
+    {"role": "tool", "tool_call_id": "late", "content": "too late"},
+    {"role": "tool", "content": "no id at all"},
+    # A call left unanswered, closed by the next turn; a reused call id.
+    {"role": "assistant", "content": None, "tool_calls": [{**CALL, "id": "c4"}]},
+    reply("Moving on without it."),
+    {"role": "assistant", "content": None, "tool_calls": [CALL]},
+    {"role": "tool", "tool_call_id": "c1", "content": "again"},
+    # Reminders, envelopes, history-only rows, loaded tool state, an empty message.
+    {
+        "role": "user",
+        "content": "<system-reminder>todo: 3</system-reminder>",
+        "metadata": {"ephemeral": True, "persisted": True},
+    },
+    {"role": "user", "content": '  <system-reminder source="hook">x</system-reminder>'},
+    {
+        "role": "user",
+        "content": "a public copy",
+        "metadata": {"amplifier_public_reference_only": True},
+    },
+    {
+        "role": "assistant",
+        "content": "tools loaded",
+        "metadata": {"openai:tool_search_items": [{"type": "tool_search_call"}]},
+    },
+    {"role": "user", "content": None},
+    human("Thanks, that was it."),
+]
+
+
+def varied_context(store: Any) -> ContextFold:
+    return ContextFold(
+        store=store, session_id="varied", token_counter="heuristic", max_tool_result_bytes=1024
+    )
+
+
+def history_facts(context: ContextFold) -> Any:
+    """Everything history derived from its messages, for comparing two histories."""
+    history = context._history
+    return (
+        [(e.message, e.info, e.cost, e.unit, e.view, e.inspected) for e in history.entries],
+        [(u.entries, u.calls, u.pending, u.closed, u.synthetic) for u in history.units],
+        (history.open_unit, history.issued, history.first_human, history.last_human),
+        (history.raw_total, history.repairs, history.system_prompts, history.system_prompt_raw),
+    )
+
+
+@pytest.fixture(params=["sqlite", "memory"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    from contextfold.store import MemoryStore
+
+    return url(tmp_path) if request.param == "sqlite" else MemoryStore()
+
+
+async def stored_rows(store: Any) -> Any:
+    from contextfold.store import open_store
+
+    opened = await open_store(store) if isinstance(store, str) else store
+    rows = (await opened.open_session("varied")).messages
+    if isinstance(store, str):
+        await opened.close()
+    return rows
+
+
+async def test_the_stored_classification_is_what_inspecting_the_stored_message_says(
+    any_store: Any,
+) -> None:
+    from contextfold.messages import info_from_json, inspect_message
+
+    context = varied_context(any_store)
+    for message in VARIED:
+        await context.add_message(message)
+    assert len(context._history.repairs) >= 5  # the faults above were all admitted
+    # add_message (one append each), then set_messages (one replacement) write the same.
+    for _ in range(2):
+        rows = await stored_rows(any_store)
+        assert len(rows) == len(VARIED)
+        for row in rows:
+            assert row.info_json is not None
+            fresh = inspect_message(row.message, index=None)
+            assert info_from_json(row.info_json) == fresh, row.message
+        await context.set_messages(await context.get_messages())
+
+
+async def test_a_resume_rebuilds_history_exactly_without_inspecting_anything(
+    any_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import contextfold.history
+
+    context = varied_context(any_store)
+    for message in VARIED:
+        await context.add_message(message)
+    expected_view = await context.get_messages_for_request(token_budget=BUDGET)
+    inspected: list[Any] = []
+    real = contextfold.history.inspect_message
+
+    def counting(message: Any, *, index: int | None) -> Any:
+        inspected.append(message)
+        return real(message, index=index)
+
+    monkeypatch.setattr(contextfold.history, "inspect_message", counting)
+    counter = CountingCounter()
+    resumed = ContextFold(
+        store=any_store, session_id="varied", counter=counter, max_tool_result_bytes=1024
+    )
+    assert await resumed.get_messages_for_request(token_budget=BUDGET) == expected_view
+    assert inspected == [] and counter.messages_counted < 5
+    assert history_facts(resumed) == history_facts(context)
+    assert await resumed.get_messages() == await context.get_messages()
+
+
+@pytest.mark.parametrize("stored", [None, "[99]", '[1,"no-such-kind",[],[],0]', "[1,"])
+async def test_rows_without_a_usable_classification_are_inspected_as_before(
+    tmp_path: Path, stored: str | None
+) -> None:
+    """Rows written before classifications were stored (NULL), by a later classification
+    version, or damaged: the message is the record, so it is inspected again."""
+    import sqlite3
+
+    store = url(tmp_path)
+    context = varied_context(store)
+    for message in VARIED:
+        await context.add_message(message)
+    expected_view = await context.get_messages_for_request(token_budget=BUDGET)
+    with sqlite3.connect(tmp_path / "agent.db") as raw:
+        raw.execute("UPDATE cf_messages SET info_json = ? WHERE seq % 2 = 0", (stored,))
+    resumed = varied_context(store)
+    assert await resumed.get_messages_for_request(token_budget=BUDGET) == expected_view
+    assert history_facts(resumed) == history_facts(context)
+
+
+def test_a_classification_round_trips_through_its_stored_form() -> None:
+    from contextfold.messages import (
+        INFO_FORM_VERSION,
+        Kind,
+        MessageInfo,
+        info_from_json,
+        info_to_json,
+    )
+
+    flags = [False] * 5
+    for kind in Kind:
+        for bit in range(6):
+            values = [i == bit for i in range(5)] if bit < 5 else [True] * 5
+            info = MessageInfo(kind, ("a", 'b\u00e9"{'), ("", "c"), *values)
+            assert info_from_json(info_to_json(info)) == info
+    info = MessageInfo(Kind.USER, (), (), *flags)
+    assert info_to_json(info) == f'[{INFO_FORM_VERSION},"user",[],[],0]'
+    assert info_from_json(f"[{INFO_FORM_VERSION + 1},{{}}]") is None  # a later form: inspect
+    for bad in ("", "{}", "[1]", '[1,"user",[1],[],0]', '[1,"user",[],[],32]', "[true]"):
+        with pytest.raises(ValueError):
+            info_from_json(bad)

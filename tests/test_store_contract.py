@@ -95,6 +95,37 @@ async def test_message_text_comes_back_byte_for_byte(store: SessionStore) -> Non
     assert stored.message_json == odd
 
 
+async def test_a_classification_is_kept_beside_its_message_as_given(store: SessionStore) -> None:
+    # Opaque to the store: the JSON text of an array, returned byte for byte; None (rows
+    # written without one) stays None, for the reader to inspect the message instead.
+    form = '[1,"tool_result",[],["call_é \\"x\\""],0]'
+    await store.append("s", 0, message("a"), 1, form)
+    await store.append("s", 1, message("b"), 1)
+    await append_at_end(store, "s", message("c"), 1, info_json="[2]", expected_seq=1)
+    rows = (await store.open_session("s")).messages
+    assert [row.info_json for row in rows] == [form, None, "[2]"]
+    last = await store.append_many("s", 3, [(message("x"), 2, form), (message("y"), 3)])
+    rows = (await store.open_session("s")).messages
+    assert [(row.seq, row.cost, row.info_json) for row in rows] == [(4, 2, form), (5, 3, None)]
+    assert last == 5
+
+
+@pytest.mark.parametrize(
+    ("info", "complaint"),
+    [(b"[1]", "info_json"), ("[1,", "not valid JSON"), ('{"kind":1}', "JSON array"), (3, "info")],
+)
+async def test_a_bad_classification_is_refused_before_anything_is_written(
+    store: SessionStore, info: object, complaint: str
+) -> None:
+    with pytest.raises(StoreError, match=complaint):
+        await store.append("s", 0, message("a"), 1, info)  # type: ignore[arg-type]
+    with pytest.raises(StoreError, match=complaint):
+        await store.append_many("s", 0, [(message("a"), 1, info)])  # type: ignore[list-item]
+    with pytest.raises(StoreError, match="tuples"):
+        await store.append_many("s", 0, [(message("a"), 1, None, "extra")])  # type: ignore[list-item]
+    assert await store.list_sessions() == []
+
+
 async def test_a_stale_expected_seq_is_a_clear_conflict_and_writes_nothing(
     store: SessionStore,
 ) -> None:

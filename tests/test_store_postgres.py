@@ -67,6 +67,37 @@ async def test_an_old_version_1_database_migrates_forward(server: PostgresServer
     assert versions == [(SCHEMA_VERSION,)]
 
 
+async def test_a_version_2_database_migrates_forward_keeping_rows_without_classification(
+    server: PostgresServer,
+) -> None:
+    url = server.fresh_database("version_two")
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as raw:
+        for statement in (
+            "CREATE TABLE schema_version (version INTEGER NOT NULL)",
+            "INSERT INTO schema_version VALUES (2)",
+            "CREATE TABLE cf_sessions (session_id TEXT PRIMARY KEY, last_seq BIGINT NOT NULL,"
+            " generation BIGINT NOT NULL DEFAULT 0)",
+            "CREATE TABLE cf_messages (session_id TEXT NOT NULL, seq BIGINT NOT NULL,"
+            " message_json TEXT NOT NULL, cost BIGINT NOT NULL, PRIMARY KEY (session_id, seq))",
+            "CREATE TABLE cf_summaries (position BIGSERIAL PRIMARY KEY,"
+            " covered_hash TEXT NOT NULL UNIQUE, session_id TEXT, record_json TEXT NOT NULL)",
+            "CREATE TABLE cf_documents (session_id TEXT NOT NULL, kind TEXT NOT NULL,"
+            " seq BIGINT, body_json TEXT NOT NULL, PRIMARY KEY (session_id, kind))",
+            "INSERT INTO cf_sessions VALUES ('old', 1, 0)",
+            """INSERT INTO cf_messages VALUES ('old', 1, '{"role":"user","content":"hi"}', 3)""",
+        ):
+            await raw.execute(statement)
+    store = await open_store(url)
+    form = '[1,"human",[],[],0]'
+    assert await store.append("old", 1, '{"role":"user","content":"more"}', 2, form) == 2
+    loaded = await store.open_session("old")
+    assert [(m.seq, m.cost, m.info_json) for m in loaded.messages] == [(1, 3, None), (2, 2, form)]
+    await store.close()
+    async with await psycopg.AsyncConnection.connect(url) as raw:
+        versions = await (await raw.execute("SELECT version FROM schema_version")).fetchall()
+    assert versions == [(SCHEMA_VERSION,)]
+
+
 async def test_another_applications_schema_version_table_is_refused(
     server: PostgresServer,
 ) -> None:

@@ -101,6 +101,62 @@ async def test_an_old_version_1_store_migrates_forward_keeping_its_data(tmp_path
         assert raw.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
 
 
+async def test_a_version_2_store_migrates_forward_and_resumes_by_inspecting(
+    tmp_path: Path,
+) -> None:
+    """Version 3 stores each message's classification; a version 2 store's rows have none,
+    so a resume inspects those messages as it always did and delivers the same view."""
+    from contextfold import ContextFold
+    from contextfold.messages import info_from_json, inspect_message
+    from support import SYSTEM, human, tool_round
+
+    current = tmp_path / "v3.db"
+    context = ContextFold(store=f"sqlite:///{current}", session_id="s", token_counter="heuristic")
+    await context.set_messages([SYSTEM, human("go")])
+    for n in range(12):
+        for message in tool_round(n, result_chars=1_500):
+            await context.add_message(message)
+        view = await context.get_messages_for_request(token_budget=6_000)
+    # The same rows as version 2 wrote them, in its layout (built by hand, not migrated).
+    old = tmp_path / "v2.db"
+    with sqlite3.connect(old) as raw:
+        raw.executescript(
+            """
+            CREATE TABLE schema_version (version INTEGER NOT NULL);
+            INSERT INTO schema_version VALUES (2);
+            CREATE TABLE cf_sessions (session_id TEXT PRIMARY KEY, last_seq INTEGER NOT NULL,
+                                      generation INTEGER NOT NULL DEFAULT 0);
+            CREATE TABLE cf_messages (session_id TEXT NOT NULL, seq INTEGER NOT NULL,
+                                      message_json TEXT NOT NULL, cost INTEGER NOT NULL,
+                                      PRIMARY KEY (session_id, seq)) WITHOUT ROWID;
+            CREATE TABLE cf_summaries (position INTEGER PRIMARY KEY AUTOINCREMENT,
+                                       covered_hash TEXT NOT NULL UNIQUE, session_id TEXT,
+                                       record_json TEXT NOT NULL);
+            CREATE TABLE cf_documents (session_id TEXT NOT NULL, kind TEXT NOT NULL,
+                                       seq INTEGER, body_json TEXT NOT NULL,
+                                       PRIMARY KEY (session_id, kind)) WITHOUT ROWID;
+            """
+        )
+        raw.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        raw.execute("ATTACH DATABASE ? AS current", (str(current),))
+        raw.execute("INSERT INTO cf_sessions SELECT * FROM current.cf_sessions")
+        raw.execute(
+            "INSERT INTO cf_messages SELECT session_id, seq, message_json, cost"
+            " FROM current.cf_messages"
+        )
+        raw.execute("INSERT INTO cf_documents SELECT * FROM current.cf_documents")
+    resumed = ContextFold(store=f"sqlite:///{old}", session_id="s", token_counter="heuristic")
+    assert await resumed.get_messages_for_request(token_budget=6_000) == view
+    await resumed.add_message(human("and now?"))  # written with its classification
+    store = SqliteStore(old)
+    rows = (await store.open_session("s")).messages
+    await store.close()
+    assert all(row.info_json is None for row in rows[:-1])
+    assert info_from_json(rows[-1].info_json or "") == inspect_message(rows[-1].message, index=0)
+    with sqlite3.connect(old) as raw:
+        assert raw.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+
+
 async def test_an_empty_file_becomes_a_new_store(tmp_path: Path) -> None:
     path = tmp_path / "empty.db"
     path.touch()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from .conventions import replaced_by_system_prompt, request_form
@@ -46,6 +46,9 @@ class Entry:
     cost: int  # raw tokens of `view`, from the counter, once (0 when nothing is sent)
     unit: int
     view: dict[str, Any] | None  # what an uncompacted view sends for it; None: nothing
+    # What `inspect_message` said of the message alone, before history matched its results
+    # (`info` may differ for an orphan result): what a durable store keeps beside the cost.
+    inspected: MessageInfo | None = None
 
 
 @dataclass(slots=True)
@@ -85,6 +88,7 @@ class Admission:
     joins_open_group: bool  # answers calls of the open group
     matched: tuple[str, ...]  # call ids of the open group this message answers
     repairs: list[Repair]
+    inspected: MessageInfo  # the message's own classification (see Entry.inspected)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,12 +127,19 @@ class History:
     # -- admission ---------------------------------------------------------------------
 
     def prepare(
-        self, message: Any, *, index: int | None = None, cost: int | None = None
+        self,
+        message: Any,
+        *,
+        index: int | None = None,
+        cost: int | None = None,
+        info: MessageInfo | None = None,
     ) -> Admission:
         """Validate, cap and count ``message`` against this history without changing it.
 
         ``cost`` is given for a message restored from a durable store: it was admitted (a
         private plain-JSON copy, capped) and counted before, so neither is done again.
+        ``info``, with it, is the classification stored beside the cost (what
+        `inspect_message` said of this very message), so it is not inspected again either.
         """
         position = len(self.entries) if index is None else index
         clips: list[IngressClip] = []
@@ -139,9 +150,13 @@ class History:
             # cannot reach history, and everything stored is known to serialise.
             stored = json.loads(canonical_json(message, index=position))
             capped, clips = cap_tool_result(stored, self.max_tool_result_bytes)
+            # What is stored is the capped message: its classification is the one to keep
+            # (a clip only shortens result text, but the record must describe the record).
+            inspected = inspect_message(capped, index=position) if clips else info
         else:
-            info = inspect_message(message, index=position)
-            capped = message
+            if info is None:
+                info = inspect_message(message, index=position)
+            capped, inspected = message, info
 
         pending = self.units[self.open_unit].pending if self.open_unit is not None else []
         matched: list[str] = []
@@ -154,19 +169,22 @@ class History:
         repairs: list[Repair] = []
         view: dict[str, Any] | None = capped
         if orphans:
-            repairs.append(
-                Repair(ORPHAN_RESULT, position, tuple(info.result_ids[k] for k in orphans))
+            unmatched = (
+                info.result_ids
+                if len(orphans) == len(info.result_ids)
+                else tuple(info.result_ids[k] for k in orphans)
             )
+            repairs.append(Repair(ORPHAN_RESULT, position, unmatched))
             if capped.get("role") == "user":
                 view = without_orphan_blocks(capped, _result_block_positions(capped, orphans))
             else:
                 view = orphan_note(capped, info.result_ids[0])
             if not matched:
-                info = replace(info, kind=Kind.USER, result_ids=())
+                info = _answering(info, (), Kind.USER)
         if matched and len(matched) < len(info.result_ids):
-            info = replace(info, result_ids=tuple(matched))
-        reused = tuple(call_id for call_id in info.call_ids if call_id in self.issued)
-        if reused:
+            info = _answering(info, tuple(matched))
+        if info.call_ids and not self.issued.isdisjoint(info.call_ids):
+            reused = tuple(call_id for call_id in info.call_ids if call_id in self.issued)
             repairs.append(Repair(REUSED_CALL_ID, position, reused))
         if info.reference_only:
             view = None  # history only: never sent, never counted (context-simple's rule)
@@ -194,6 +212,7 @@ class History:
             joins_open_group=bool(matched),
             matched=tuple(matched),
             repairs=repairs,
+            inspected=inspected,
         )
 
     def append(self, admission: Admission) -> Appended:
@@ -234,7 +253,9 @@ class History:
             if self.first_human is None:
                 self.first_human = index
             self.last_human = index
-        entry = Entry(admission.message, info, admission.cost, unit_index, admission.view)
+        entry = Entry(
+            admission.message, info, admission.cost, unit_index, admission.view, admission.inspected
+        )
         if admission.view is not None and replaced_by_system_prompt(admission.message):
             self.system_prompts.append(index)
             self.system_prompt_raw += admission.cost
@@ -308,6 +329,23 @@ class History:
             swap = replaced.get(i)
             total += swap[1] if swap is not None else self.entries[i].cost
         return total
+
+
+def _answering(
+    info: MessageInfo, result_ids: tuple[str, ...], kind: Kind | None = None
+) -> MessageInfo:
+    """``info`` answering only ``result_ids`` (as ``dataclasses.replace``, which costs more
+    than the rest of a restored message's admission)."""
+    return MessageInfo(
+        kind or info.kind,
+        info.call_ids,
+        result_ids,
+        info.signed_thinking,
+        info.thinking,
+        info.loaded_tool_state,
+        info.reminder,
+        info.reference_only,
+    )
 
 
 def _result_block_positions(message: Mapping[str, Any], result_positions: list[int]) -> list[int]:

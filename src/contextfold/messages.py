@@ -17,8 +17,9 @@ id) are a fact of the record: `history` admits them and `repair` mends them in t
 from __future__ import annotations
 
 import json
+import json.scanner
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any
 
@@ -56,6 +57,74 @@ class MessageInfo:
     loaded_tool_state: bool  # metadata records loaded-tool state: never compacted
     reminder: bool  # an ephemeral+persisted user-role reminder envelope
     reference_only: bool = False  # metadata.amplifier_public_reference_only: history only
+
+
+# The stored form of a MessageInfo (kept beside a message's cost in a durable session, so a
+# resume rebuilds history without classifying every message again). Bump the version
+# whenever what `inspect_message` concludes could change for a message already stored: a
+# stored form of another version is ignored and the message inspected again.
+INFO_FORM_VERSION = 1
+_INFO_FLAGS = ("signed_thinking", "thinking", "loaded_tool_state", "reminder", "reference_only")
+_KINDS = {kind.value: kind for kind in Kind}
+# The flags follow call_ids and result_ids in MessageInfo's field order (positional below).
+assert tuple(f.name for f in fields(MessageInfo))[3:] == _INFO_FLAGS
+
+
+# json.loads's C scanner called directly (json.loads costs as much again around it).
+_scan_json = json.scanner.make_scanner(json.JSONDecoder())
+
+
+def info_to_json(info: MessageInfo) -> str:
+    """``info`` as compact JSON text: ``[version, kind, call_ids, result_ids, flags]``."""
+    flags = 0
+    for bit, name in enumerate(_INFO_FLAGS):
+        if getattr(info, name):
+            flags |= 1 << bit
+    form = [INFO_FORM_VERSION, info.kind.value, list(info.call_ids), list(info.result_ids), flags]
+    return json.dumps(form, ensure_ascii=False, separators=(",", ":"))
+
+
+def info_from_json(text: str) -> MessageInfo | None:
+    """The inverse of `info_to_json`; None for another version's form (inspect again).
+
+    Raises ValueError for text that is not such a form. A MessageInfo is immutable, so a
+    reader may share one among the messages of the same form (most carry no ids). Read
+    once per stored message on a resume, so it checks with plain type tests.
+    """
+    try:
+        form, end = _scan_json(text, 0)
+    except (StopIteration, TypeError, ValueError):
+        end = -1
+    if end != len(text):
+        raise ValueError(f"a stored classification is not compact JSON: {text!r:.80}")
+    if type(form) is not list or not form or type(form[0]) is not int:
+        raise ValueError(f"a stored classification has an unknown shape: {text!r:.80}")
+    if form[0] != INFO_FORM_VERSION:
+        return None
+    if len(form) != 5:
+        raise ValueError(f"a stored classification has an unknown shape: {text!r:.80}")
+    _, kind, call_ids, result_ids, flags = form
+    kind = _KINDS.get(kind) if type(kind) is str else None
+    if (
+        kind is None
+        or not _str_list(call_ids)
+        or not _str_list(result_ids)
+        or type(flags) is not int
+        or not 0 <= flags < len(_FLAG_VALUES)
+    ):
+        raise ValueError(f"a stored classification has an unknown shape: {text!r:.80}")
+    return MessageInfo(kind, tuple(call_ids), tuple(result_ids), *_FLAG_VALUES[flags])
+
+
+# The five flags' values for each bit pattern, indexed by the stored integer.
+_FLAG_VALUES = tuple(
+    tuple(bool(bits & (1 << bit)) for bit in range(len(_INFO_FLAGS)))
+    for bits in range(1 << len(_INFO_FLAGS))
+)
+
+
+def _str_list(value: Any) -> bool:
+    return type(value) is list and (not value or all(type(item) is str for item in value))
 
 
 def _fail(problem: str, field: str, fix: str, index: int | None) -> MessageValidationError:

@@ -1,10 +1,11 @@
 """The session store interface: what a durable contextfold session is made of.
 
 A session is an append-only log of admitted messages, each with the token cost it was
-admitted at (a resume never re-tokenizes), plus three small JSON documents: the manager's
-sticky compaction state (written with the sequence number it describes), the calibration
-ratios per model, and the last budget decision. Summary records are shared by every
-session of a store and keyed by the hash of what they cover.
+admitted at (a resume never re-tokenizes) and, optionally, its classification (the JSON form
+of its ``MessageInfo``, so a resume never re-inspects it either), plus three small JSON
+documents: the manager's sticky compaction state (written with the sequence number it
+describes), the calibration ratios per model, and the last budget decision. Summary records
+are shared by every session of a store and keyed by the hash of what they cover.
 
 Sequence numbers order the log; nothing is ever ordered by time (two messages admitted in
 the same clock tick must come back in the order they were written: OpenAI Agents SDK
@@ -17,9 +18,10 @@ session can never interleave silently: the one that lost the race gets
 from __future__ import annotations
 
 import json
+import json.scanner
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from contextfold.summaries.records import SummaryRecord
 
@@ -37,9 +39,15 @@ __all__ = [
     "assemble_session",
     "check_cost",
     "check_document",
+    "check_info_json",
     "check_message_json",
+    "check_rows",
     "check_session_id",
+    "decode_message",
 ]
+
+# One row of ``append_many``: (message_json, cost) or (message_json, cost, info_json).
+Row = tuple[str, int] | tuple[str, int, str | None]
 
 # Version of the envelope the JSON documents (state, calibration, budget) are stored in.
 # The manager's snapshot inside is opaque to the store; a reader refuses a newer envelope.
@@ -69,21 +77,43 @@ class ConcurrentUpdateError(StoreError):
         self.actual_seq = actual_seq
 
 
-@dataclass(frozen=True)
-class StoredMessage:
-    """One admitted message as stored: its seq, its JSON text, its token cost."""
+class StoredMessage(NamedTuple):
+    """One admitted message as stored: its seq, its JSON text, its token cost, and its
+    classification's JSON form when the writer gave one (None for rows written before
+    classifications were stored: the reader inspects the message again).
+
+    A named tuple, not a dataclass: a resume builds one per message, and this is the
+    cheapest immutable record to build from a database row (``StoredMessage._make(row)``).
+    """
 
     seq: int
     message_json: str
     cost: int
+    info_json: str | None = None
 
     @property
     def message(self) -> dict[str, Any]:
         """The message as a dict (parsed on every call: keep the result)."""
-        value = json.loads(self.message_json)
-        if not isinstance(value, dict):
-            raise StoreError(f"stored message at seq {self.seq} is not a JSON object")
-        return value
+        return decode_message(self.message_json, self.seq)
+
+
+# The C scanner behind json.loads, called directly: json.loads adds two Python calls and a
+# regular expression per text, nearly as much as decoding a typical message. Same decoder
+# settings as json.loads, so the result is the same dict.
+_scan = json.scanner.make_scanner(json.JSONDecoder())
+
+
+def decode_message(message_json: str, seq: int) -> dict[str, Any]:
+    """A stored message's JSON text as a dict; json.loads's result and errors."""
+    try:
+        value, end = _scan(message_json, 0)
+    except Exception:  # StopIteration or a decode error: let json.loads say what is wrong
+        value, end = None, -1
+    if end != len(message_json):  # whitespace around it, or not JSON at all
+        value = json.loads(message_json)
+    if not isinstance(value, dict):
+        raise StoreError(f"stored message at seq {seq} is not a JSON object")
+    return value
 
 
 @dataclass(frozen=True)
@@ -149,18 +179,26 @@ class SessionStore(Protocol):
         """The session's messages (in seq order), last seq and documents; empty if new."""
         ...
 
-    async def append(self, session_id: str, expected_seq: int, message_json: str, cost: int) -> int:
+    async def append(
+        self,
+        session_id: str,
+        expected_seq: int,
+        message_json: str,
+        cost: int,
+        info_json: str | None = None,
+    ) -> int:
         """Append one message after ``expected_seq``; return its seq (``expected_seq + 1``).
 
-        ``expected_seq`` 0 creates the session. Raises :class:`ConcurrentUpdateError` when the
-        session's last seq is not ``expected_seq``.
+        ``info_json`` is the message's classification, stored as given and returned with it
+        (opaque to the store; see ``contextfold.messages.info_to_json``). ``expected_seq`` 0
+        creates the session. Raises :class:`ConcurrentUpdateError` when the session's last
+        seq is not ``expected_seq``.
         """
         ...
 
-    async def append_many(
-        self, session_id: str, expected_seq: int, messages: Sequence[tuple[str, int]]
-    ) -> int:
-        """Replace the whole session with ``messages`` ((json, cost) pairs) atomically.
+    async def append_many(self, session_id: str, expected_seq: int, messages: Sequence[Row]) -> int:
+        """Replace the whole session with ``messages`` atomically: (json, cost) pairs or
+        (json, cost, info_json) triples.
 
         The new messages take seqs ``expected_seq + 1 ...`` (seqs never go back, so a writer
         holding an older seq still conflicts), the generation is bumped and the state
@@ -213,6 +251,7 @@ async def append_at_end(
     message_json: str,
     cost: int,
     *,
+    info_json: str | None = None,
     expected_seq: int = 0,
     attempts: int = 100,
 ) -> int:
@@ -229,7 +268,7 @@ async def append_at_end(
     seq = expected_seq
     for attempt in range(attempts):
         try:
-            return await store.append(session_id, seq, message_json, cost)
+            return await store.append(session_id, seq, message_json, cost, info_json)
         except ConcurrentUpdateError as conflict:
             if attempt == attempts - 1:
                 raise
@@ -276,6 +315,37 @@ def check_message_json(message_json: object) -> str:
     if not isinstance(value, dict):
         raise StoreError(f"message_json must encode a JSON object, got {type(value).__name__}")
     return message_json
+
+
+def check_info_json(info_json: object) -> str | None:
+    """A classification is None or the JSON text of an array (its meaning is the reader's)."""
+    if info_json is None:
+        return None
+    if not isinstance(info_json, str):
+        raise StoreError(
+            f"info_json must be JSON text (str) or None, got {type(info_json).__name__}"
+        )
+    try:
+        value = json.loads(info_json)
+    except ValueError as error:
+        raise StoreError(f"info_json is not valid JSON: {error}") from None
+    if not isinstance(value, list):
+        raise StoreError(f"info_json must encode a JSON array, got {type(value).__name__}")
+    return info_json
+
+
+def check_rows(messages: object) -> list[tuple[str, int, str | None]]:
+    """``append_many``'s rows, checked, as (json, cost, info_json) triples."""
+    rows: list[tuple[str, int, str | None]] = []
+    for row in messages:  # type: ignore[attr-defined]
+        if not isinstance(row, tuple | list) or len(row) not in (2, 3):
+            raise StoreError(
+                f"append_many takes (message_json, cost) or (message_json, cost, info_json) "
+                f"tuples, got {row!r:.80}"
+            )
+        info = check_info_json(row[2]) if len(row) == 3 else None
+        rows.append((check_message_json(row[0]), check_cost(row[1]), info))
+    return rows
 
 
 def check_document(document: object, what: str) -> str:

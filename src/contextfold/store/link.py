@@ -8,20 +8,24 @@
 - a committed compaction pass saves the sticky state with the sequence number it describes;
 - calibration and the last budget decision are saved as they change.
 
-On first use the history is rebuilt from the stored messages and costs (nothing is counted
-again) and the sticky state is taken up when it describes exactly those messages.
+Each message is stored with its classification (``messages.info_to_json``) beside its
+cost, so on first use the history is rebuilt from the stored messages, costs and
+classifications: nothing is counted or inspected again (a row written before
+classifications were stored, or with another version's form, is inspected as it always
+was). The sticky state is taken up when it describes exactly those messages.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import gc
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..history import Admission, History
-from ..messages import canonical_json
+from ..messages import MessageInfo, canonical_json, info_from_json, info_to_json
 from ..tokens import TokenCounter
-from .base import SessionStore
+from .base import SessionStore, StoredMessage, decode_message
 
 
 @dataclass
@@ -48,9 +52,7 @@ class SessionLink:
             await self.store.open()
             self._opened = True
         stored = await self.store.open_session(self.session_id)
-        history = History(counter, max_tool_result_bytes)
-        for message in stored.messages:
-            history.append(history.prepare(message.message, cost=message.cost))
+        history = _rebuild(stored.messages, History(counter, max_tool_result_bytes))
         self.seq = stored.last_seq
         state = stored.state
         # A snapshot describes the log up to its seq; history only grows after it (a
@@ -60,12 +62,21 @@ class SessionLink:
 
     async def append(self, admission: Admission) -> None:
         self.seq = await self.store.append(
-            self.session_id, self.seq, canonical_json(admission.message), admission.cost
+            self.session_id,
+            self.seq,
+            canonical_json(admission.message),
+            admission.cost,
+            info_to_json(admission.inspected),
         )
 
     async def replace(self, history: History) -> None:
-        rows: Iterable[tuple[str, int]] = [
-            (canonical_json(entry.message), entry.cost) for entry in history.entries
+        rows: Iterable[tuple[str, int, str | None]] = [
+            (
+                canonical_json(entry.message),
+                entry.cost,
+                info_to_json(entry.inspected) if entry.inspected is not None else None,
+            )
+            for entry in history.entries
         ]
         self.seq = await self.store.append_many(self.session_id, self.seq, list(rows))
 
@@ -80,3 +91,44 @@ class SessionLink:
     async def save_budget(self, document: Mapping[str, Any]) -> None:
         if self.seq:
             await self.store.save_budget(self.session_id, document)
+
+
+def _rebuild(messages: Sequence[StoredMessage], history: History) -> History:
+    """``history`` with the stored messages appended at their stored costs and
+    classifications: nothing counted, nothing inspected, nothing copied again.
+
+    The loop is the whole of a resume's time, so it is kept tight: the cyclic garbage
+    collector is paused while it builds tens of thousands of dicts that are all kept (it
+    would otherwise walk the growing history again and again for nothing), and the
+    classifications, mostly a few shared forms, are decoded once each.
+    """
+    prepare, append = history.prepare, history.append
+    forms: dict[str, MessageInfo | None] = {}
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        for stored in messages:
+            info_json = stored.info_json
+            info = None
+            if info_json is not None:
+                info = forms.get(info_json, _UNREAD)
+                if info is _UNREAD:
+                    info = forms[info_json] = _stored_info(info_json)
+            message = decode_message(stored.message_json, stored.seq)
+            append(prepare(message, cost=stored.cost, info=info))
+    finally:
+        if paused:
+            gc.enable()
+    return history
+
+
+_UNREAD: Any = object()
+
+
+def _stored_info(info_json: str) -> MessageInfo | None:
+    """The stored classification, or None to inspect the message again (another version's
+    form, or a form this code cannot read: the message itself is the record)."""
+    try:
+        return info_from_json(info_json)
+    except ValueError:
+        return None

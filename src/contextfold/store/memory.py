@@ -15,6 +15,7 @@ from typing import Any
 
 from contextfold.store.base import (
     ConcurrentUpdateError,
+    Row,
     SessionInfo,
     StoredMessage,
     StoredSession,
@@ -22,8 +23,10 @@ from contextfold.store.base import (
     StoreError,
     check_cost,
     check_document,
+    check_info_json,
     check_message_json,
     check_record,
+    check_rows,
     check_seq,
     check_session_id,
 )
@@ -85,24 +88,30 @@ class MemoryStore:
             raise ConcurrentUpdateError(session_id, expected_seq, actual)
         return session if session is not None else _Session()
 
-    async def append(self, session_id: str, expected_seq: int, message_json: str, cost: int) -> int:
+    async def append(
+        self,
+        session_id: str,
+        expected_seq: int,
+        message_json: str,
+        cost: int,
+        info_json: str | None = None,
+    ) -> int:
         check_message_json(message_json)
         check_cost(cost)
+        check_info_json(info_json)
         session = self._writable(session_id, expected_seq)
         seq = expected_seq + 1
-        session.messages.append(StoredMessage(seq, message_json, cost))
+        session.messages.append(StoredMessage(seq, message_json, cost, info_json))
         session.last_seq = seq
         self._sessions[session_id] = session
         return seq
 
-    async def append_many(
-        self, session_id: str, expected_seq: int, messages: Sequence[tuple[str, int]]
-    ) -> int:
-        rows = [(check_message_json(text), check_cost(cost)) for text, cost in messages]
+    async def append_many(self, session_id: str, expected_seq: int, messages: Sequence[Row]) -> int:
+        rows = check_rows(messages)
         session = self._writable(session_id, expected_seq)
         session.messages = [
-            StoredMessage(expected_seq + offset, text, cost)
-            for offset, (text, cost) in enumerate(rows, start=1)
+            StoredMessage(expected_seq + offset, text, cost, info)
+            for offset, (text, cost, info) in enumerate(rows, start=1)
         ]
         session.last_seq = expected_seq + len(rows)
         session.generation += 1

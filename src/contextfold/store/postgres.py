@@ -27,6 +27,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from contextfold.store.base import (
     ConcurrentUpdateError,
+    Row,
     SessionInfo,
     StoredMessage,
     StoredSession,
@@ -35,8 +36,10 @@ from contextfold.store.base import (
     assemble_session,
     check_cost,
     check_document,
+    check_info_json,
     check_message_json,
     check_record,
+    check_rows,
     check_seq,
     check_session_id,
     read_record,
@@ -48,6 +51,10 @@ from contextfold.summaries.records import SummaryRecord
 
 __all__ = ["PostgresStore"]
 
+_INSERT_MESSAGE = (
+    "INSERT INTO cf_messages (session_id, seq, message_json, cost, info_json)"
+    " VALUES (%s, %s, %s, %s, %s)"
+)
 # Serialises schema checks and migrations of workers starting at the same time.
 _MIGRATION_LOCK = 0x63666C64
 
@@ -158,7 +165,7 @@ class PostgresStore:
                 ).fetchone()
                 rows = await (
                     await connection.execute(
-                        "SELECT seq, message_json, cost FROM cf_messages"
+                        "SELECT seq, message_json, cost, info_json FROM cf_messages"
                         " WHERE session_id = %s ORDER BY seq",
                         (session_id,),
                     )
@@ -172,7 +179,7 @@ class PostgresStore:
         except psycopg.Error as error:
             raise self._explain(error) from None
         last_seq, generation = head if head is not None else (0, 0)
-        messages = tuple(StoredMessage(seq, text, cost) for seq, text, cost in rows)
+        messages = tuple(map(StoredMessage._make, rows))
         return assemble_session(
             session_id,
             last_seq,
@@ -181,18 +188,26 @@ class PostgresStore:
             {kind: (seq, body) for kind, seq, body in documents},
         )
 
-    async def append(self, session_id: str, expected_seq: int, message_json: str, cost: int) -> int:
+    async def append(
+        self,
+        session_id: str,
+        expected_seq: int,
+        message_json: str,
+        cost: int,
+        info_json: str | None = None,
+    ) -> int:
         check_session_id(session_id)
         check_seq(expected_seq)
         check_message_json(message_json)
         check_cost(cost)
+        check_info_json(info_json)
         await self._ready()
         try:
             async with self._connection() as connection, connection.transaction():
                 await self._advance(connection, session_id, expected_seq, 1, False)
                 await connection.execute(
-                    "INSERT INTO cf_messages VALUES (%s, %s, %s, %s)",
-                    (session_id, expected_seq + 1, message_json, cost),
+                    _INSERT_MESSAGE,
+                    (session_id, expected_seq + 1, message_json, cost, info_json),
                 )
         except psycopg.errors.UniqueViolation:
             # Unreachable while the compare-and-set holds; kept so a duplicate can never
@@ -202,14 +217,12 @@ class PostgresStore:
             raise self._explain(error) from None
         return expected_seq + 1
 
-    async def append_many(
-        self, session_id: str, expected_seq: int, messages: Sequence[tuple[str, int]]
-    ) -> int:
+    async def append_many(self, session_id: str, expected_seq: int, messages: Sequence[Row]) -> int:
         check_session_id(session_id)
         check_seq(expected_seq)
         rows = [
-            (session_id, expected_seq + offset, check_message_json(text), check_cost(cost))
-            for offset, (text, cost) in enumerate(messages, start=1)
+            (session_id, expected_seq + offset, text, cost, info)
+            for offset, (text, cost, info) in enumerate(check_rows(messages), start=1)
         ]
         await self._ready()
         try:
@@ -223,9 +236,7 @@ class PostgresStore:
                     (session_id,),
                 )
                 async with connection.cursor() as cursor:
-                    await cursor.executemany(
-                        "INSERT INTO cf_messages VALUES (%s, %s, %s, %s)", rows
-                    )
+                    await cursor.executemany(_INSERT_MESSAGE, rows)
         except psycopg.Error as error:
             raise self._explain(error) from None
         return expected_seq + len(rows)

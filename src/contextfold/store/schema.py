@@ -6,7 +6,9 @@ the steps after its version, in one transaction. A store newer than this code is
 (:func:`check_version`): an older worker must never write into a layout it does not know.
 
 History: version 1 held the sessions, the messages and the summary records; version 2 added
-the per-session documents (compaction state, calibration, budget decision).
+the per-session documents (compaction state, calibration, budget decision); version 3 added
+each message's classification (``info_json``, NULL for rows written before it: a reader
+inspects those messages again, as it always did).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (
         " body_json TEXT NOT NULL,"
         " PRIMARY KEY (session_id, kind)) WITHOUT ROWID",
     ),
+    ("ALTER TABLE cf_messages ADD COLUMN info_json TEXT",),
 )
 
 POSTGRES_MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -71,6 +74,7 @@ POSTGRES_MIGRATIONS: tuple[tuple[str, ...], ...] = (
         " body_json TEXT NOT NULL,"
         " PRIMARY KEY (session_id, kind))",
     ),
+    ("ALTER TABLE cf_messages ADD COLUMN info_json TEXT",),
 )
 
 SCHEMA_VERSION = len(SQLITE_MIGRATIONS)
