@@ -23,8 +23,8 @@ to request until the next pass: provider prefix caches keep hitting.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from ..errors import ConfigError
@@ -37,6 +37,28 @@ SUMMARY_OPEN = '<context-summary covers="{ids}">'
 SUMMARY_CLOSE = "</context-summary>"
 # What the summary message adds around the summary text (tags, role): part of its reserve.
 FRAMING_TOKENS = 40
+# max_output_tokens left unset scales with the effective budget: this share of it, within
+# these bounds. A fixed 1,000 in a 16k window reserves about what a summary saves there.
+OUTPUT_BUDGET_SHARE = 0.03
+MIN_SCALED_OUTPUT_TOKENS = 200
+DEFAULT_MAX_OUTPUT_TOKENS = 1_000  # the scaled default's ceiling
+
+
+class ScaledDefault(int):
+    """``max_output_tokens`` as the user left it: an int (the size it stands at, the ceiling
+    until a budget is known) that `Summarize.for_budget` may resize; any plain int the user
+    gives is kept exactly."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"ScaledDefault({int(self)})"
+
+
+def scaled_output_tokens(budget: int) -> int:
+    """The default summary size for an effective budget of ``budget`` tokens."""
+    share = int(budget * OUTPUT_BUDGET_SHARE)
+    return max(MIN_SCALED_OUTPUT_TOKENS, min(DEFAULT_MAX_OUTPUT_TOKENS, share))
 
 
 @dataclass(frozen=True)
@@ -46,10 +68,12 @@ class Summarize:
     ``max_input_tokens`` bounds what one summarizer call reads (the span of one pass is cut
     to fit it, so a pass makes one call at most), ``max_output_tokens`` the summary,
     ``timeout`` the call, in seconds; ``min_messages`` is the smallest span worth a call.
+    Left unset, ``max_output_tokens`` follows the budget (`for_budget`): 3% of it, between
+    200 and 1,000 tokens.
     """
 
     max_input_tokens: int = 16_000
-    max_output_tokens: int = 1_000
+    max_output_tokens: int = ScaledDefault(DEFAULT_MAX_OUTPUT_TOKENS)
     timeout: float = 60.0
     min_messages: int = 4
 
@@ -74,10 +98,28 @@ class Summarize:
             )
 
     @property
+    def scales(self) -> bool:
+        """Whether the summary size follows the budget (``max_output_tokens`` left unset)."""
+        return isinstance(self.max_output_tokens, ScaledDefault)
+
+    def for_budget(self, budget: int) -> Summarize:
+        """This rung as it runs under an effective budget of ``budget`` tokens: the summary
+        size the user set, exactly, or the default sized by `scaled_output_tokens`."""
+        if not self.scales:
+            return self
+        size = scaled_output_tokens(budget)
+        if size == self.max_output_tokens:
+            return self
+        return replace(self, max_output_tokens=ScaledDefault(size))
+
+    @property
     def span_budget(self) -> int:
         """Raw tokens of one block: half of what one call reads once the summary so far
-        and the answer are set aside, so a block always fits one call."""
-        return (self.max_input_tokens - 2 * self.max_output_tokens) // 2
+        and the answer are set aside, so a block always fits one call. A scaled summary
+        size counts at its ceiling, so blocks stay fixed by history alone whatever the
+        budget (a resumed session or another worker finds the same records)."""
+        ceiling = DEFAULT_MAX_OUTPUT_TOKENS if self.scales else self.max_output_tokens
+        return (self.max_input_tokens - 2 * ceiling) // 2
 
     @property
     def reserve(self) -> int:
@@ -121,6 +163,11 @@ class Summarize:
                 state.pending_summary.add(u)
             if work.raw_total <= stop_at:
                 break
+
+
+def sized_ladder(ladder: Sequence[Any], budget: int) -> tuple[Any, ...]:
+    """``ladder`` with its summarize rung sized for an effective budget of ``budget``."""
+    return tuple(r.for_budget(budget) if isinstance(r, Summarize) else r for r in ladder)
 
 
 def summary_blocks(history: History, span_budget: int) -> list[tuple[int, ...]]:
