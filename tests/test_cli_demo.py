@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -69,19 +70,29 @@ def test_demo_writes_a_png_chart_and_json(demo: Outcome, numbers: dict[str, Any]
     assert f"output folder: {demo.folder}" in demo.out
 
 
-def test_both_runs_are_real_amplifier_sessions(numbers: dict[str, Any]) -> None:
+def test_every_run_is_a_real_amplifier_session(numbers: dict[str, Any]) -> None:
     plans = numbers["mount_plans"]
+    assert list(plans) == list(numbers["runs"]) == ["unmanaged", "managed", "summarize"]
     for name, plan in plans.items():
         assert plan["session"] == {"orchestrator": "loop-fold", "context": "context-fold"}
         provider = plan["providers"][0]
         assert provider["module"] == "provider-scripted"
-        assert provider["config"]["enforce_window"] is (name == "managed")
+        assert provider["config"]["enforce_window"] is (name != "unmanaged")
         assert plan["tools"][0]["module"] == "tool-doc-lookup"
     assert plans["unmanaged"]["context"]["config"] == {
         "report_events": "every_request",
         "compaction_enabled": False,
     }
     assert plans["managed"]["context"]["config"] == {"report_events": "every_request"}
+    # The summarize ladder with the rung's own defaults, the session's provider summarizing;
+    # the task and everything else as in the other runs.
+    assert plans["summarize"]["context"]["config"] == {
+        "report_events": "every_request",
+        "strategies": ["strip_thinking", "truncate_tool_results", "summarize", "drop_oldest"],
+        "summarizer": {"provider": "scripted"},
+    }
+    for part in ("orchestrator", "providers", "tools"):
+        assert plans["summarize"][part] == plans["managed"][part]
 
 
 def test_managed_run_stays_inside_the_window_and_unmanaged_does_not(
@@ -135,11 +146,16 @@ def test_numbers_are_consistent(numbers: dict[str, Any]) -> None:
     assert [p["tokens"] for p in managed["points"][:first]] == sizes[:first]
 
 
-def test_table_shows_both_runs_side_by_side(demo: Outcome, numbers: dict[str, Any]) -> None:
+def test_table_shows_the_runs_side_by_side(demo: Outcome, numbers: dict[str, Any]) -> None:
     unmanaged, managed = numbers["runs"]["unmanaged"], numbers["runs"]["managed"]
     for label in (
         "without compaction",
         "with context-fold",
+        "summarize ladder",
+        "rungs applied",
+        "summaries written / reused",
+        "to the summarizer",
+        "recalled byte-identical",
         "largest request",
         "requests made",
         "compactions",
@@ -166,10 +182,90 @@ def test_cache_reads_and_fresh_input_are_absolute_figures(
         reads = sum(p["cache_read_tokens"] for p in run["points"])
         assert run["cache_read_tokens"] == reads
         assert run["uncached_tokens"] == run["tokens_sent"] - reads
-        assert (
-            f"{reads:,} ({round(run['cache_share'] * 100)}%)" in rows["read from the prompt cache"]
-        )
+        share = reads / run["tokens_sent"]
+        assert f"{reads:,} ({share:.0%})" in rows["read from the prompt cache"]
         assert f"{run['uncached_tokens']:,}" in rows["not from the cache"], name
+
+
+# The summarize run in the demo's own window (blocks of turns worth a summary need room).
+SUMMARY_STEPS = 30
+
+
+@pytest.fixture(scope="module")
+def summarized(tmp_path_factory: pytest.TempPathFactory) -> tuple[Outcome, dict[str, Any]]:
+    folder = tmp_path_factory.mktemp("demo-summaries")
+    argv = ("demo", "--steps", str(SUMMARY_STEPS), "--out", str(folder), "--quiet", "--no-chart")
+    status, out, err = run_main(*argv)
+    assert status == EXIT_OK, err
+    numbers = json.loads((folder / "demo.json").read_text(encoding="utf-8"))
+    return Outcome(status, out, err, folder), numbers
+
+
+def test_summarize_run_writes_summaries_and_counts_them_consistently(
+    summarized: tuple[Outcome, dict[str, Any]],
+) -> None:
+    _, numbers = summarized
+    run = numbers["runs"]["summarize"]
+    assert run["summarizes"] is True and run["completed"] is True
+    assert "summarize" in run["rungs_used"]
+    assert run["summaries_written"] > 0 and run["summary_failures"] == 0
+    # Every call wrote a record; the provider's summary requests, the context's calls and
+    # the context:summary events agree.
+    assert run["summary_calls"] == run["summaries_written"] + run["summary_failures"]
+    assert run["summary_requests"] == run["summary_calls"] == run["summary_event_calls"]
+    assert run["summaries_reused"] >= 0
+    # The summarizer's cost counts toward the run's total, and only there.
+    assert run["summary_tokens"] > 0
+    assert run["total_tokens"] == run["tokens_sent"] + run["summary_tokens"]
+    assert run["tokens_sent"] == sum(p["tokens"] for p in run["points"])
+    assert len(run["points"]) == SUMMARY_STEPS + 1  # chat requests only
+    assert all(p["tokens"] <= run["input_limit"] for p in run["points"])
+    for other in ("unmanaged", "managed"):
+        unsummarized = numbers["runs"][other]
+        assert unsummarized["summary_requests"] == unsummarized["summary_tokens"] == 0
+        assert unsummarized["total_tokens"] == unsummarized["tokens_sent"]
+
+
+def test_every_tool_result_is_recalled_byte_identical(
+    summarized: tuple[Outcome, dict[str, Any]],
+) -> None:
+    _, numbers = summarized
+    run = numbers["runs"]["summarize"]
+    assert run["recall_checked"] == run["recall_identical"] == SUMMARY_STEPS
+    assert numbers["runs"]["managed"]["recall_checked"] == 0  # asked of the summarize run
+
+
+def test_summarize_column_prints_its_rungs_summaries_cache_and_totals(
+    summarized: tuple[Outcome, dict[str, Any]],
+) -> None:
+    demo, numbers = summarized
+    runs = numbers["runs"]
+    run = runs["summarize"]
+    lines = demo.out.splitlines()
+
+    def line(label: str) -> str:
+        return next(text for text in lines if text.strip().startswith(label))
+
+    assert line("summaries written / reused").split()[-3:] == [
+        str(run["summaries_written"]),
+        "/",
+        str(run["summaries_reused"]),
+    ]
+    calls = f"{run['summary_tokens']:,} ({run['summary_requests']} calls)"
+    assert line("to the summarizer").rstrip().endswith(calls)
+    # The cache share per column, in the order of the columns.
+    shares = [
+        f"{r['cache_read_tokens']:,} ({r['cache_read_tokens'] / r['tokens_sent']:.0%})"
+        for r in runs.values()
+    ]
+    cached = line("read from the prompt cache")
+    assert re.findall(r"[\d,]+ \(\d+%\)", cached) == shares
+    change = round((run["total_tokens"] / runs["unmanaged"]["total_tokens"] - 1) * 100)
+    assert f"{run['total_tokens']:,} ({change:+d}%)" in line("tokens sent in total")
+    rungs = "\n".join(lines[lines.index(line("rungs applied")) :][:3])
+    assert "summarize" in rungs
+    assert f"{run['recall_identical']}/{run['recall_checked']} results" in demo.out
+    assert f"wrote {run['summaries_written']} summaries" in " ".join(demo.out.split())
 
 
 @pytest.mark.parametrize(

@@ -40,10 +40,11 @@ exit status: 0 success; 1 the conversation cannot fit the window even fully comp
 Run 'contextfold COMMAND --help' for a command's options."""
 
 _DEMO_EPILOG = """\
-Both runs are whole AmplifierSessions (orchestrator loop-fold, context context-fold, the
-offline provider-scripted model and the tool-doc-lookup tool); nothing touches the network.
-The folder named at the end holds requests.png (request size per step against the window and
-the compaction trigger) and demo.json (every number, plus both mount plans)."""
+Every run is a whole AmplifierSession (orchestrator loop-fold, context context-fold, the
+offline provider-scripted model, which also writes the summaries, and the tool-doc-lookup
+tool); nothing touches the network. The folder named at the end holds requests.png (request
+size per step against the window and the compaction trigger) and demo.json (every number,
+plus each run's mount plan)."""
 
 _REPLAY_EPILOG = """\
 formats (detected from the content unless --format is given):
@@ -100,10 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser(
         "demo",
-        help="run a long agent task offline without compaction and with context-fold",
+        help="run a long agent task offline without compaction, with context-fold and with "
+        "the summarize ladder",
         description=(
-            "Run a long tool-using agent task in a deliberately small window twice, without\n"
-            "compaction and with context-fold, and print the two runs side by side."
+            "Run a long tool-using agent task in a deliberately small window without\n"
+            "compaction, with context-fold and with the summarize ladder, and print the runs\n"
+            "side by side."
         ),
         epilog=_DEMO_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -21,7 +21,14 @@ from contextfold.amplifier.doc_tool import MIN_RESULT_CHARS
 from contextfold.cli import EXIT_BAD_INPUT, EXIT_DOES_NOT_FIT, EXIT_OK, MIN_DEMO_WINDOW
 from contextfold.cli.chart import Series, write_size_chart
 from contextfold.cli.config import load_config_file, parse_overrides
-from contextfold.cli.demo import DemoDoesNotFit, DemoResult, DemoSettings, mount_plan, run_demo
+from contextfold.cli.demo import (
+    DemoDoesNotFit,
+    DemoResult,
+    DemoSettings,
+    RunSummary,
+    demo_runs,
+    run_demo,
+)
 from contextfold.cli.errors import InputError
 from contextfold.cli.files import check_output_option, display_path
 from contextfold.cli.readers import read_conversation
@@ -37,6 +44,8 @@ from contextfold.cli.report import (
 
 UNMANAGED_COLOR = "#7b1fa2"
 MANAGED_COLOR = "#1565c0"
+SUMMARIZE_COLOR = "#2e7d32"
+DEMO_WIDTH = 106  # columns of the demo's printout when stdout is not a terminal
 # A replay this long shows a progress bar (on a terminal, without --quiet); shorter ones end
 # before a bar would be worth drawing.
 PROGRESS_MIN_MESSAGES = 5_000
@@ -78,9 +87,11 @@ def run_demo_command(args: argparse.Namespace) -> int:
     except InputError as error:
         return fail(str(error))
 
-    console = Console(highlight=False)
+    # Three runs side by side need about 106 columns; a terminal's own width is kept.
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else DEMO_WIDTH)
+    labels = {spec.key: spec.label for spec in demo_runs(settings)}
     try:
-        with _ProgressBars(settings.steps + 1, quiet=args.quiet) as on_request:
+        with _ProgressBars(labels, settings.steps + 1, quiet=args.quiet) as on_request:
             result = asyncio.run(run_demo(settings, on_request=on_request))
     except DemoDoesNotFit as error:
         return fail(
@@ -89,12 +100,7 @@ def run_demo_command(args: argparse.Namespace) -> int:
             EXIT_DOES_NOT_FIT,
         )
 
-    data = result.to_dict() | {
-        "mount_plans": {
-            "unmanaged": mount_plan(settings, managed=False),
-            "managed": mount_plan(settings, managed=True),
-        }
-    }
+    data = result.to_dict() | {"mount_plans": result.mount_plans()}
     try:
         folder = output_folder(args.out, "demo")
         json_path = write_json(folder / "demo.json", data)
@@ -119,7 +125,8 @@ def _print_outputs(console: Any, json_path: Path, chart_path: Path | None, folde
 class _ProgressBars:
     """A progress bar per run, advanced per model request; silent when quiet or not a tty."""
 
-    def __init__(self, total: int, *, quiet: bool) -> None:
+    def __init__(self, labels: dict[str, str], total: int, *, quiet: bool) -> None:
+        self.labels = labels
         self.total = total
         self.bar = Progress(
             TextColumn("{task.description:<20}"),
@@ -134,8 +141,7 @@ class _ProgressBars:
 
     def __enter__(self) -> Any:
         self.bar.start()
-        labels = {"unmanaged": "without compaction", "managed": "with context-fold"}
-        for key, label in labels.items():
+        for key, label in self.labels.items():
             self.tasks[key] = self.bar.add_task(label, total=self.total)
 
         def on_request(run: str) -> None:
@@ -149,19 +155,21 @@ class _ProgressBars:
 
 def _demo_chart(result: DemoResult, path: Path) -> Path:
     unmanaged, managed = result.unmanaged, result.managed
+    series = [
+        Series(unmanaged.label, [p.tokens for p in unmanaged.points], UNMANAGED_COLOR, dashed=True)
+    ]
+    for run, color in zip(result.runs[1:], (MANAGED_COLOR, SUMMARIZE_COLOR), strict=False):
+        series.append(
+            Series(
+                run.label,
+                [p.tokens for p in run.points],
+                color,
+                marks=[i for i, p in enumerate(run.points) if p.compacted],
+            )
+        )
     return write_size_chart(
         path,
-        [
-            Series(
-                unmanaged.label, [p.tokens for p in unmanaged.points], UNMANAGED_COLOR, dashed=True
-            ),
-            Series(
-                managed.label,
-                [p.tokens for p in managed.points],
-                MANAGED_COLOR,
-                marks=[i for i, p in enumerate(managed.points) if p.compacted],
-            ),
-        ],
+        series,
         window=managed.input_limit,
         window_label=(
             f"input limit ({managed.input_limit:,} = {result.settings.window:,} window "
@@ -188,12 +196,32 @@ def _demo_verdict(result: DemoResult) -> str:
             f"{served} requests ({managed.count_calls / max(1, served):.2f} per request)."
         )
     fits = managed.largest_request <= managed.input_limit
-    return (
+    verdict = (
         f"Without compaction the largest request was {unmanaged.largest_request:,} tokens, "
         f"{unmanaged.largest_request / managed.input_limit:.1f}x the input limit. "
         f"With context-fold it was {managed.largest_request:,} "
         f"({'inside' if fits else 'OVER'} the limit) after {managed.compactions} compactions, "
         f"and the history still holds all {managed.history_messages} messages."
+    )
+    summarized = result.summarized
+    if summarized is None:
+        return verdict
+    return verdict + "\n" + _summarize_verdict(summarized, unmanaged)
+
+
+def _summarize_verdict(run: RunSummary, unmanaged: RunSummary) -> str:
+    fits = run.largest_request <= run.input_limit
+    saving = 1 - run.total_tokens / unmanaged.total_tokens if unmanaged.total_tokens else 0.0
+    recall = (
+        f"{run.recall_identical} of {run.recall_checked} tool results came back byte-identical "
+        "when recalled by id"
+    )
+    return (
+        f"With the summarize ladder the largest request was {run.largest_request:,} "
+        f"({'inside' if fits else 'OVER'} the limit); {run.summary_calls} summarizer calls "
+        f"wrote {run.summaries_written} summaries and {run.summaries_reused} were reused, "
+        f"costing {run.summary_tokens:,} tokens, counted in its total ({saving:.0%} below "
+        f"the run without compaction); {recall}."
     )
 
 

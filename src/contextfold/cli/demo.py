@@ -1,22 +1,30 @@
-"""The demo: one long agent task in a small window, run twice in the real Amplifier kernel.
+"""The demo: one long agent task in a small window, run in the real Amplifier kernel.
 
-Both runs are whole ``AmplifierSession``\\ s built from a mount plan: the ``loop-fold``
+Every run is a whole ``AmplifierSession`` built from a mount plan: the ``loop-fold``
 orchestrator, the ``context-fold`` context module, the offline ``provider-scripted`` model and
-the ``tool-doc-lookup`` tool. They differ in two switches only:
+the ``tool-doc-lookup`` tool. They differ in the context's config only (`RunSpec`):
 
 - *without compaction*: ``compaction_enabled: false`` and a provider that serves requests over
   its window (``enforce_window: false``) so the size they would have had can be measured;
 - *with context-fold*: default settings and a provider that refuses an oversized request
-  exactly like a real one does.
+  exactly like a real one does;
+- *summarize ladder*: the ladder with the ``summarize`` rung (`SUMMARIZE_LADDER`, the rung's
+  settings left at their defaults) and the session's ``provider-scripted`` as summarizer (it
+  answers summary requests offline with a deterministic digest, and they are measured like
+  any request). After the task every tool result is recalled by its id
+  (``context.recall``, what ``tool-context-recall`` returns to a model) and compared with
+  what the tool returned.
 
 Everything reported is measured, not predicted: request sizes, prompt-cache reads and overflow
-come from the provider's own records, compactions from the ``context:compaction`` events, the
-history from ``context.get_messages()`` after the run.
+come from the provider's own records (chat and summary requests apart), compactions from the
+``context:compaction`` events, summaries from ``context.summary_stats`` and the
+``context:summary`` events, the history from ``context.get_messages()`` after the run.
+``bench/bench_demo_ladders.py`` runs the same task under other ladders with `run_session`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -24,7 +32,8 @@ from amplifier_core import AmplifierSession
 from amplifier_core.llm_errors import ContextLengthError
 from amplifier_core.models import HookResult, ToolResult
 
-from contextfold.events import COMPACTION, REPORT
+from contextfold.events import COMPACTION, REPORT, SUMMARY
+from contextfold.recall import recall_id
 
 DEFAULT_WINDOW = 16_000
 DEFAULT_STEPS = 40
@@ -41,6 +50,17 @@ FINAL_TEXT = "Done: I looked up all {steps} topics."
 SYSTEM_PROMPT = (
     "You are a careful research assistant. Use the lookup tool for every topic you are asked "
     "about and keep notes short."
+)
+
+
+# The summarize ladder as issue 10 states it: summarize in place of text truncation, drop
+# oldest still the last resort. The rung's settings are its defaults: the summary's size
+# follows the budget.
+SUMMARIZE_LADDER: tuple[Any, ...] = (
+    "strip_thinking",
+    "truncate_tool_results",
+    "summarize",
+    "drop_oldest",
 )
 
 
@@ -66,6 +86,62 @@ class DemoSettings:
     # the message-only budget with the measured request (the provider counts the whole
     # request, tool schemas included) instead of no compaction with context-fold.
     tools: int = 0
+    summarize: bool = True  # a third run with the summarize ladder (not with tools)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of the demo's task: what the context is configured with, and the provider."""
+
+    key: str  # the run's name in demo.json ("unmanaged", "managed", "summarize")
+    label: str
+    context_config: Mapping[str, Any]
+    managed: bool = True  # the provider refuses an oversized request, as a real one does
+
+    @property
+    def summarizes(self) -> bool:
+        return "summarizer" in self.context_config
+
+
+def summarize_config(
+    *,
+    rung: Mapping[str, Any] | None = None,
+    ladder: Sequence[Any] | None = None,
+    **context_settings: Any,
+) -> dict[str, Any]:
+    """The context config of a summarize run: the session's provider-scripted summarizes.
+    ``rung`` gives the summarize rung settings, ``ladder`` the whole list (``"summarize"``
+    where the rung goes), ``context_settings`` further keys (compact_threshold, ...)."""
+    summarize: Any = dict(rung) if rung else "summarize"
+    strategies = [summarize if item == "summarize" else item for item in ladder or SUMMARIZE_LADDER]
+    return {
+        "report_events": "every_request",
+        "strategies": strategies,
+        "summarizer": {"provider": "scripted"},
+        **context_settings,
+    }
+
+
+def demo_runs(settings: DemoSettings) -> tuple[RunSpec, ...]:
+    """The runs ``contextfold demo`` makes, in order."""
+    runs = [
+        RunSpec(
+            key,
+            _label(settings, managed=managed),
+            _context_config(settings, managed=managed),
+            managed=managed,
+        )
+        for key, managed in (("unmanaged", False), ("managed", True))
+    ]
+    if settings.summarize and not settings.tools:
+        runs.append(RunSpec("summarize", "summarize ladder", summarize_config()))
+    return tuple(runs)
+
+
+def _label(settings: DemoSettings, *, managed: bool) -> str:
+    if settings.tools:
+        return "measured request" if managed else "message-only budget"
+    return "with context-fold" if managed else "without compaction"
 
 
 @dataclass(frozen=True)
@@ -83,7 +159,8 @@ class RequestPoint:
 
 @dataclass
 class RunSummary:
-    """One session of the demo, measured."""
+    """One session of the demo, measured. ``points`` are its chat requests; the summarizer's
+    requests (the summarize rung's, on the same provider) are tallied apart."""
 
     label: str
     managed: bool
@@ -100,10 +177,27 @@ class RunSummary:
     final_text: str
     completed: bool  # the scripted task reached its final answer
     count_calls: int = 0  # whole-request counts the provider made (the measured path)
+    key: str = ""  # the run's name in demo.json
+    summarizes: bool = False  # the ladder has the summarize rung
+    summary_requests: int = 0  # served summary requests, as the provider recorded them
+    summary_tokens: int = 0  # their input and output: what summarizing cost
+    summary_calls: int = 0  # context.summary_stats
+    summaries_written: int = 0
+    summaries_reused: int = 0
+    summary_failures: int = 0
+    summary_event_calls: int = 0  # the calls the context:summary events report
+    recall_checked: int = 0  # tool results recalled by id after the run (summarize run)
+    recall_identical: int = 0  # ... and returned byte-identical to what was admitted
+    last_view_messages: int = 0  # messages the last request carried
 
     @property
     def requests(self) -> int:
         return len(self.points)
+
+    @property
+    def total_tokens(self) -> int:
+        """Everything sent to the provider: chat input, plus summary requests in and out."""
+        return self.tokens_sent + self.summary_tokens
 
     @property
     def largest_request(self) -> int:
@@ -142,6 +236,7 @@ class RunSummary:
             "requests": self.requests,
             "largest_request": self.largest_request,
             "tokens_sent": self.tokens_sent,
+            "total_tokens": self.total_tokens,
             "cache_read_tokens": self.cache_read_tokens,
             "uncached_tokens": self.uncached_tokens,
             "cache_share": round(self.cache_share, 4),
@@ -158,18 +253,36 @@ class RunSummary:
 
 @dataclass
 class DemoResult:
-    """Both runs of the demo and the settings they ran with."""
+    """The demo's runs, in order (`demo_runs`), and the settings they ran with."""
 
     settings: DemoSettings
-    unmanaged: RunSummary
-    managed: RunSummary
+    runs: list[RunSummary]
+    specs: tuple[RunSpec, ...] = ()
     notes: list[str] = field(default_factory=list)
+
+    def run(self, key: str) -> RunSummary | None:
+        return next((run for run in self.runs if run.key == key), None)
+
+    @property
+    def unmanaged(self) -> RunSummary:
+        return self.runs[0]
+
+    @property
+    def managed(self) -> RunSummary:
+        return self.runs[1]
+
+    @property
+    def summarized(self) -> RunSummary | None:
+        return self.run("summarize")
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "settings": asdict(self.settings),
-            "runs": {"unmanaged": self.unmanaged.to_dict(), "managed": self.managed.to_dict()},
+            "runs": {run.key: run.to_dict() for run in self.runs},
         }
+
+    def mount_plans(self) -> dict[str, Any]:
+        return {spec.key: mount_plan(self.settings, spec=spec) for spec in self.specs}
 
 
 def _context_config(settings: DemoSettings, *, managed: bool) -> dict[str, Any]:
@@ -184,8 +297,14 @@ def _context_config(settings: DemoSettings, *, managed: bool) -> dict[str, Any]:
     return config
 
 
-def mount_plan(settings: DemoSettings, *, managed: bool) -> dict[str, Any]:
-    """The Amplifier mount plan of one run (also written to the output folder)."""
+def mount_plan(
+    settings: DemoSettings, *, managed: bool = True, spec: RunSpec | None = None
+) -> dict[str, Any]:
+    """The Amplifier mount plan of one run (also written to the output folder): ``spec``'s,
+    or the demo's run without compaction / with context-fold (``managed``)."""
+    if spec is None:
+        spec = RunSpec("", "", _context_config(settings, managed=managed), managed=managed)
+    managed = spec.managed
     return {
         "session": {"orchestrator": "loop-fold", "context": "context-fold"},
         "orchestrator": {
@@ -194,7 +313,7 @@ def mount_plan(settings: DemoSettings, *, managed: bool) -> dict[str, Any]:
             "config": {"system_prompt": SYSTEM_PROMPT, "max_iterations": settings.steps + 10}
         },
         # The demo charts every request, so it asks for a report on each.
-        "context": {"config": _context_config(settings, managed=managed)},
+        "context": {"config": dict(spec.context_config)},
         "providers": [
             {
                 "module": "provider-scripted",
@@ -218,17 +337,28 @@ def mount_plan(settings: DemoSettings, *, managed: bool) -> dict[str, Any]:
     }
 
 
+AfterRun = Callable[[Any, Any], Awaitable[None]]
+
+
 async def run_session(
     settings: DemoSettings,
+    spec: RunSpec | None = None,
     *,
-    managed: bool,
+    managed: bool = True,
     on_request: Callable[[], None] | None = None,
+    after_run: AfterRun | None = None,
 ) -> RunSummary:
-    """Run one session of the demo and measure it. ``on_request`` fires per model request."""
-    session = AmplifierSession(mount_plan(settings, managed=managed))
+    """Run one session of the demo's task and measure it: ``spec``'s, or the demo's run
+    without compaction / with context-fold (``managed``). ``on_request`` fires per model
+    request; ``after_run(context, provider)`` is awaited once the task is done, before the
+    session closes (the bench resumes the transcript there)."""
+    if spec is None:
+        spec = demo_runs(settings)[1 if managed else 0]
+    session = AmplifierSession(mount_plan(settings, spec=spec))
     compactions: list[dict[str, Any]] = []
     reports: list[dict[str, Any]] = []
-    tool_call_ids: list[str] = []
+    summary_events: list[dict[str, Any]] = []
+    tool_outputs: dict[str, Any] = {}  # call id -> the output the tool returned
     user_messages = 0
 
     async def on_compaction(_event: str, data: dict[str, Any]) -> HookResult:
@@ -239,8 +369,14 @@ async def run_session(
         reports.append(dict(data))
         return HookResult()
 
+    async def on_summary(_event: str, data: dict[str, Any]) -> HookResult:
+        summary_events.append(dict(data))
+        return HookResult()
+
     async def on_tool_post(_event: str, data: dict[str, Any]) -> HookResult:
-        tool_call_ids.append(str(data.get("tool_call_id")))
+        result = data.get("tool_result")
+        output = result.get("output") if isinstance(result, Mapping) else None
+        tool_outputs[str(data.get("tool_call_id"))] = output
         return HookResult()
 
     async def on_prompt(_event: str, _data: dict[str, Any]) -> HookResult:
@@ -253,6 +389,7 @@ async def run_session(
             on_request()
         return HookResult()
 
+    recalled = (0, 0)
     try:
         await session.initialize()
         provider = _mounted(session, "providers", "scripted")
@@ -263,6 +400,7 @@ async def run_session(
         hooks = session.coordinator.hooks
         hooks.register(COMPACTION, on_compaction, name="contextfold-demo-compaction")
         hooks.register(REPORT, on_report, name="contextfold-demo-report")
+        hooks.register(SUMMARY, on_summary, name="contextfold-demo-summary")
         hooks.register("tool:post", on_tool_post, name="contextfold-demo-tools")
         hooks.register("prompt:submit", on_prompt, name="contextfold-demo-prompt")
         hooks.register("llm:request", on_provider_request, name="contextfold-demo-progress")
@@ -278,14 +416,20 @@ async def run_session(
             raise
         context = session.coordinator.get("context")
         history = await context.get_messages()
+        stats = getattr(context, "summary_stats", None)
+        if spec.summarizes:
+            recalled = await _recall_every_result(context, history, tool_outputs)
+        if after_run is not None:
+            await after_run(context, provider)
     finally:
         await session.cleanup()
 
     # Compaction state is sticky: a report after the first compaction shows the folded view
     # as it stands, so "compacted" marks the requests where a pass actually ran.
     compacted_flags = [bool(r.get("compacted")) for r in reports]
-    records = provider.records
-    served = [r for r in records if not r.rejected]
+    chat = [r for r in provider.records if r.purpose == "chat"]
+    summaries = [r for r in provider.records if r.purpose == "summary" and not r.rejected]
+    served = [r for r in chat if not r.rejected]
     points = [
         RequestPoint(
             request=i + 1,
@@ -296,21 +440,17 @@ async def run_session(
             rejected=record.rejected,
             compacted=compacted_flags[i] if i < len(compacted_flags) else False,
         )
-        for i, record in enumerate(records)
+        for i, record in enumerate(chat)
     ]
     # Every message the session produced: the system prompt, each user prompt, one assistant
     # message per served request, one tool message per tool run.
-    expected = 1 + user_messages + len(served) + len(tool_call_ids)
+    expected = 1 + user_messages + len(served) + len(tool_outputs)
     # And each tool run's result is there under its own call id, not just some message.
     kept_ids = {m.get("tool_call_id") for m in history if m.get("role") == "tool"}
     last = reports[-1] if reports else {}
-    if settings.tools:
-        label = "measured request" if managed else "message-only budget"
-    else:
-        label = "with context-fold" if managed else "without compaction"
     return RunSummary(
-        label=label,
-        managed=managed,
+        label=spec.label,
+        managed=spec.managed,
         input_limit=provider.config.window,
         points=points,
         compactions=len(compactions),
@@ -320,11 +460,39 @@ async def run_session(
         trigger=last.get("trigger"),
         history_messages=len(history),
         expected_messages=expected,
-        missing_tool_results=len(set(tool_call_ids) - kept_ids),
+        missing_tool_results=len(set(tool_outputs) - kept_ids),
         final_text=final_text,
         completed=final_text == FINAL_TEXT.format(steps=settings.steps),
         count_calls=provider.count_calls,
+        key=spec.key,
+        summarizes=spec.summarizes,
+        summary_requests=len(summaries),
+        summary_tokens=sum(r.request_tokens + r.output_tokens for r in summaries),
+        summary_calls=stats.calls if stats else 0,
+        summaries_written=stats.written if stats else 0,
+        summaries_reused=stats.reused if stats else 0,
+        summary_failures=stats.failures if stats else 0,
+        summary_event_calls=sum(int(e.get("calls", 0)) for e in summary_events),
+        recall_checked=recalled[0],
+        recall_identical=recalled[1],
+        last_view_messages=served[-1].message_count if served else 0,
     )
+
+
+async def _recall_every_result(
+    context: Any, history: Sequence[Mapping[str, Any]], outputs: Mapping[str, Any]
+) -> tuple[int, int]:
+    """Recall every tool result by its id, as ``context_recall`` does for a model: how many
+    were asked for, and how many came back byte-identical to what the tool returned."""
+    checked = identical = 0
+    for index, message in enumerate(history):
+        if message.get("role") != "tool":
+            continue
+        checked += 1
+        text = await context.recall(recall_id(index))
+        if text == outputs.get(str(message.get("tool_call_id"))):
+            identical += 1
+    return checked, identical
 
 
 class CatalogTool:
@@ -379,14 +547,14 @@ def _mounted(session: AmplifierSession, mount_point: str, name: str) -> Any:
 async def run_demo(
     settings: DemoSettings, *, on_request: Callable[[str], None] | None = None
 ) -> DemoResult:
-    """Run the task without compaction, then with context-fold. ``on_request(label)`` per
-    model request, for progress bars."""
+    """Run the task under each of `demo_runs`, in order. ``on_request(key)`` per model
+    request, for progress bars."""
 
-    def progress(label: str) -> Callable[[], None] | None:
+    def progress(key: str) -> Callable[[], None] | None:
         if on_request is None:
             return None
-        return lambda: on_request(label)
+        return lambda: on_request(key)
 
-    unmanaged = await run_session(settings, managed=False, on_request=progress("unmanaged"))
-    managed = await run_session(settings, managed=True, on_request=progress("managed"))
-    return DemoResult(settings=settings, unmanaged=unmanaged, managed=managed)
+    specs = demo_runs(settings)
+    runs = [await run_session(settings, spec, on_request=progress(spec.key)) for spec in specs]
+    return DemoResult(settings=settings, runs=runs, specs=specs)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,10 +50,11 @@ def write_json(path: Path, data: Mapping[str, Any]) -> Path:
 
 
 def demo_table(result: DemoResult) -> Table:
-    """Both runs side by side: the handful of numbers that tell the story."""
+    """The runs side by side: the handful of numbers that tell the story."""
     settings = result.settings
-    unmanaged, managed = result.unmanaged, result.managed
-    limit = managed.input_limit
+    runs = result.runs
+    unmanaged = result.unmanaged
+    limit = result.managed.input_limit
     table = Table(
         title=(
             f"{settings.steps} tool-using steps in a {settings.window:,}-token window "
@@ -62,39 +63,59 @@ def demo_table(result: DemoResult) -> Table:
         box=box.SIMPLE_HEAD,
         title_justify="left",
     )
-    table.add_column("", style="bold")
-    table.add_column(unmanaged.label, justify="right")
-    table.add_column(managed.label, justify="right")
-    rows = [
-        ("largest request", _largest(unmanaged), _largest(managed)),
-        ("requests made", str(unmanaged.requests), str(managed.requests)),
-        ("compactions (levels)", _compactions(unmanaged), _compactions(managed)),
-        (
-            "tokens sent in total",
-            f"{unmanaged.tokens_sent:,}",
-            f"{managed.tokens_sent:,} ({_change(managed.tokens_sent, unmanaged.tokens_sent)})",
-        ),
-        # Absolute figures: a share of cache reads says little when the totals differ 3x.
-        ("  read from the prompt cache", _cached(unmanaged), _cached(managed)),
-        ("  not from the cache", f"{unmanaged.uncached_tokens:,}", f"{managed.uncached_tokens:,}"),
-        ("full history kept", _history(unmanaged), _history(managed)),
-        ("request over the window", _overflow(unmanaged), _overflow(managed)),
-        *(
-            [
-                (
-                    "whole-request counts",
-                    f"{unmanaged.count_calls:,}",
-                    f"{managed.count_calls:,}",
-                )
-            ]
-            if settings.tools
-            else []
-        ),
-        ("task finished", _yes(unmanaged.completed), _yes(managed.completed)),
-    ]
-    for row in rows:
-        table.add_row(*row)
+    table.add_column("", style="bold", no_wrap=True)
+    for run in runs:
+        table.add_column(run.label, justify="right")
+    summarizes = any(run.summarizes for run in runs)
+
+    def row(name: str, render: Callable[[RunSummary], str]) -> None:
+        table.add_row(name, *(render(run) for run in runs))
+
+    row("largest request", _largest)
+    row("requests made", lambda run: str(run.requests))
+    row("compactions (levels)", _compactions)
+    if summarizes:
+        row("rungs applied", _rungs)
+        row("summaries written / reused", _summaries)
+    row("tokens sent in total", lambda run: _total(run, unmanaged))
+    # Absolute figures: a share of cache reads says little when the totals differ 3x.
+    row("  read from the prompt cache", _cached)
+    row("  not from the cache", lambda run: f"{run.uncached_tokens:,}")
+    if summarizes:
+        row("  to the summarizer", _summarizer)
+        row("recalled byte-identical", _recall)
+    row("full history kept", _history)
+    row("request over the window", _overflow)
+    if settings.tools:
+        row("whole-request counts", lambda run: f"{run.count_calls:,}")
+    row("task finished", lambda run: _yes(run.completed))
     return table
+
+
+def _total(run: RunSummary, baseline: RunSummary) -> str:
+    if run is baseline:
+        return f"{run.total_tokens:,}"
+    return f"{run.total_tokens:,} ({_change(run.total_tokens, baseline.total_tokens)})"
+
+
+def _rungs(run: RunSummary) -> str:
+    return "\n".join(run.rungs_used) or "-"
+
+
+def _summaries(run: RunSummary) -> str:
+    return f"{run.summaries_written} / {run.summaries_reused}" if run.summarizes else "-"
+
+
+def _summarizer(run: RunSummary) -> str:
+    if not run.summarizes:
+        return "-"
+    return f"{run.summary_tokens:,} ({run.summary_requests} calls)"
+
+
+def _recall(run: RunSummary) -> str:
+    if not run.recall_checked:
+        return "-"
+    return f"{run.recall_identical}/{run.recall_checked} results"
 
 
 def _largest(run: RunSummary) -> str:
