@@ -134,19 +134,21 @@ demo_mod = _load("bench_demo_ladders")
 async def test_demo_summarize_run_counts_every_summary_request_and_resumes_without_calls() -> None:
     from contextfold.cli.demo import DemoSettings
 
-    variant = demo_mod.summarize_variant(
-        "summary 400", rung={"name": "summarize", "max_output_tokens": 400}
-    )
-    run = await demo_mod.run_variant(DemoSettings(), variant, resume=True)
-    assert run.completed and run.requests_over_window == 0
+    # The demo's own summarize run: the bench measures it with the demo's code.
+    variant = demo_mod.base_variants()[2]
+    assert variant.key == "summarize" and variant.summarizes
+    measured = await demo_mod.run_variant(DemoSettings(), variant, resume=True)
+    run = measured.run
+    assert run.completed and not run.overflowed
     assert run.summaries_written > 0 and run.summary_failures == 0
     # The provider's summary requests, the context's calls and its events agree.
     assert run.summary_requests == run.summary_calls == run.summary_event_calls
     assert run.summary_tokens > 0
-    assert run.total_tokens == run.chat_tokens + run.summary_tokens
-    assert 0 < run.cache_read_tokens < run.chat_tokens
-    resume = run.resume
-    assert resume is not None and resume.records_before == run.summaries_written
+    assert run.total_tokens == run.tokens_sent + run.summary_tokens
+    assert 0 < run.cache_read_tokens < run.tokens_sent
+    resume = measured.resume
+    assert resume is not None and resume.error is None
+    assert resume.records_before == run.summaries_written
     assert resume.repeat_calls == 0  # no span the run summarized is summarized again
     assert resume.records_reused > 0
 
@@ -155,35 +157,51 @@ async def test_demo_uncompacted_run_is_the_baseline_of_the_goal() -> None:
     from contextfold.cli.demo import DemoSettings
 
     settings = DemoSettings(steps=12)
-    uncompacted, defaults, _ = demo_mod.base_variants()
-    base = await demo_mod.run_variant(settings, uncompacted, resume=False)
-    managed = await demo_mod.run_variant(settings, defaults, resume=False)
+    uncompacted, defaults, _ = demo_mod.base_variants(settings)
+    base = (await demo_mod.run_variant(settings, uncompacted, resume=False)).run
+    managed = (await demo_mod.run_variant(settings, defaults, resume=False)).run
     assert base.compactions == 0 and base.summary_requests == 0
-    assert base.requests_over_window > 0  # the task outgrows the window without compaction
-    assert managed.requests_over_window == 0 and managed.compactions > 0
+    assert base.overflowed  # the task outgrows the window without compaction
+    assert not managed.overflowed and managed.compactions > 0
     assert managed.total_tokens < base.total_tokens
     line = demo_mod.goal_line(managed, base)
-    assert line.startswith("context-fold defaults: ") and "issue 10's goal" in line
+    assert line.startswith("with context-fold: ") and "issue 10's goal" in line
     assert demo_mod.meets_goal(base, base) is False  # 0 % saved: never the goal
 
 
-def _run(label: str, chat: int, cached: int, largest: int, requests: int = 41) -> Any:
-    return demo_mod.LadderRun(
-        label=label, chat_requests=requests, summary_requests=0, chat_tokens=chat,
-        summary_tokens=0, cache_read_tokens=cached, largest_request=largest,
-        requests_over_window=0, compactions=0, rungs_used=[], summary_calls=0,
-        summaries_written=0, summaries_reused=0, summary_failures=0, summary_event_calls=0,
-        completed=True,
+def _run(
+    label: str, chat: int, cached: int, largest: int, requests: int = 41, written: int = 0
+) -> Any:
+    """A measured run with these totals: the largest request first, uncached."""
+    from contextfold.cli.demo import RequestPoint, RunSummary
+
+    rest, count = chat - largest, requests - 1
+    sizes = [largest] + [rest // count + (i < rest % count) for i in range(count)]
+    reads = [0] + [cached // count + (i < cached % count) for i in range(count)]
+    points = [
+        RequestPoint(i + 1, size, read, 2, False, False, False)
+        for i, (size, read) in enumerate(zip(sizes, reads, strict=True))
+    ]
+    return RunSummary(
+        label=label, managed=True, input_limit=15_000, points=points, compactions=0,
+        levels_used=[], rungs_used=[], budget=None, trigger=None, history_messages=0,
+        expected_messages=0, missing_tool_results=0, final_text="", completed=True,
+        summarizes=written > 0, summaries_written=written,
     )  # fmt: skip
 
 
 def test_cache_bound_is_the_sawtooth_limit() -> None:
-    # 40,000 new tokens over 40 requests in views of at most 10,000: 1 - 2*40000/(40*10000).
+    # 40,000 new tokens over 40 requests (N = 1,000) in views of at most 10,000: 1 - 2N/H.
     uncompacted = _run("without compaction", 500_000, 460_000, 40_000, requests=40)
-    line = demo_mod.cache_bound(uncompacted, [_run("a", 1, 0, 10_000)], input_limit=15_000)
-    assert "more than 80% from the cache" in line
-    # 85 % needs views of 2 * 40000 / (40 * 0.15) tokens.
-    assert "views of about 13,333 tokens" in line and "input limit is 15,000" in line
+    assert uncompacted.uncached_tokens == 40_000 and uncompacted.requests == 40
+    line = demo_mod.cache_bound(uncompacted, [_run("a", 100_000, 0, 10_000)], input_limit=15_000)
+    assert "N = 1,000 a request" in line
+    assert "80.0% for the largest view measured here (H = 10,000)" in line
+    assert "86.7% for views as large as the provider's input limit (H = 15,000)" in line
+    # 85 % needs views of 2N / 0.15 tokens: within this input limit, not within a smaller one.
+    assert "views of about 13,333 tokens, within the input limit" in line
+    line = demo_mod.cache_bound(uncompacted, [_run("a", 100_000, 0, 10_000)], input_limit=12_000)
+    assert "above the input limit" in line
 
 
 def test_goal_needs_both_the_cache_share_and_the_saving() -> None:
@@ -191,3 +209,18 @@ def test_goal_needs_both_the_cache_share_and_the_saving() -> None:
     assert demo_mod.meets_goal(_run("both", 300_000, 270_000, 10_000), base)
     assert not demo_mod.meets_goal(_run("cache only", 500_000, 450_000, 10_000), base)
     assert not demo_mod.meets_goal(_run("saving only", 300_000, 240_000, 10_000), base)
+
+
+def test_best_line_names_the_best_summarizing_run_and_its_bound() -> None:
+    base = _run("without compaction", 500_000, 460_000, 40_000, requests=40)
+    runs = [
+        _run("no summaries", 200_000, 190_000, 10_000, requests=40),  # never a candidate
+        _run("low", 200_000, 150_000, 10_000, requests=40, written=3),
+        _run("high", 200_000, 160_000, 12_500, requests=40, written=2),
+    ]
+    line = demo_mod.best_line(runs, base)
+    assert line is not None and line.startswith("best summarizing run: high: 80.0% from the")
+    assert (
+        "2 summaries written, largest request 12,500 (the bound 1 - 2N/H at that H: 84.0%)" in line
+    )
+    assert demo_mod.best_line(runs[:1], base) is None
