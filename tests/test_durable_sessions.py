@@ -15,12 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from contextfold import ConfigError, ContextFold
 from contextfold.store import ConcurrentUpdateError
 from contextfold.summaries import scripted_summarizer
 from contextfold.tokens import HeuristicCounter
 from support import SYSTEM, hook_note, human, reply, tool_round
+from test_properties import conversations, faulty_conversations
 
 BUDGET = 8_000
 
@@ -405,3 +408,51 @@ def test_a_classification_round_trips_through_its_stored_form() -> None:
     for bad in ("", "{}", "[1]", '[1,"user",[1],[],0]', '[1,"user",[],[],32]', "[true]"):
         with pytest.raises(ValueError):
             info_from_json(bad)
+
+
+def history_of(messages: list[dict[str, Any]]) -> Any:
+    from contextfold.history import History
+
+    history = History(HeuristicCounter(), 1024)
+    for message in messages:
+        history.append(history.prepare(message))
+    return history
+
+
+def facts(history: Any) -> Any:
+    return (
+        [(e.message, e.info, e.cost, e.unit, e.view, e.inspected) for e in history.entries],
+        [(u.entries, u.calls, u.pending, u.closed, u.synthetic) for u in history.units],
+        (history.open_unit, history.issued, history.first_human, history.last_human),
+        (history.raw_total, history.repairs, history.system_prompts, history.system_prompt_raw),
+    )
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    messages=st.one_of(conversations(), faulty_conversations()),
+    dropped=st.lists(st.booleans(), max_size=80),
+)
+def test_a_restored_history_is_the_admitted_one_whatever_the_conversation(
+    messages: list[dict[str, Any]], dropped: list[bool]
+) -> None:
+    """Restoring takes shortcuts for the common shapes (History.restore): on random
+    conversations, faulty ones included, and with some classifications missing (inspected
+    instead), it must rebuild exactly the history admission built."""
+    from contextfold.history import History
+    from contextfold.messages import canonical_json, info_to_json
+    from contextfold.store import StoredMessage
+    from contextfold.store.link import _rebuild
+
+    admitted = history_of(messages + VARIED)
+    rows = [
+        StoredMessage(
+            n + 1,
+            canonical_json(entry.message),
+            entry.cost,
+            None if n < len(dropped) and dropped[n] else info_to_json(entry.inspected),
+        )
+        for n, entry in enumerate(admitted.entries)
+    ]
+    restored = _rebuild(rows, History(HeuristicCounter(), 1024))
+    assert facts(restored) == facts(admitted)

@@ -264,6 +264,80 @@ class History:
         self.repairs.extend(repairs)
         return Appended(entry, delta, reordered, repairs)
 
+    def restore(self, message: dict[str, Any], cost: int, info: MessageInfo | None) -> None:
+        """Append a message read back from a durable store, at its stored cost and
+        classification (None: inspect it): exactly ``append(prepare(message, cost=cost,
+        info=info))``.
+
+        A resume restores every message of a session, so the shapes nearly every message
+        has are done here directly, without the admission records: a message outside any
+        call group, a result no call asked for while no group is open, an assistant turn
+        opening a group, and results answering the open group at the end of history.
+        Anything else (a fault inside a group, a reused id, history-only rows) takes the
+        general path.
+        """
+        if info is None or info.reference_only or (info.call_ids and info.result_ids):
+            self.append(self.prepare(message, cost=cost, info=info))
+            return
+        index = len(self.entries)
+        units = self.units
+        open_index = self.open_unit
+        role = message.get("role")
+        empty = message.get("content") is None
+        calls = info.call_ids
+        results = info.result_ids
+        if open_index is None:
+            if not calls and not results and not empty:  # a message of its own
+                view = request_form(message)
+                if info.kind is Kind.HUMAN:
+                    if self.first_human is None:
+                        self.first_human = index
+                    self.last_human = index
+                elif replaced_by_system_prompt(message):
+                    self.system_prompts.append(index)
+                    self.system_prompt_raw += cost
+                units.append(Unit([index]))
+            elif role == "tool" and len(results) == 1 and not calls:  # an orphan result
+                self.repairs.append(Repair(ORPHAN_RESULT, index, results))
+                view = request_form(orphan_note(message, results[0]))
+                stored, info = info, _answering(info, (), Kind.USER)
+                units.append(Unit([index]))
+                self.entries.append(Entry(message, info, cost, len(units) - 1, view, stored))
+                self.raw_total += cost
+                return
+            elif (
+                calls and info.kind is Kind.ASSISTANT and self.issued.isdisjoint(calls)
+            ):  # a turn of calls opening a group
+                view = request_form({**message, "content": ""} if empty else message)
+                self.open_unit = len(units)
+                units.append(Unit([index], calls=calls, pending=list(calls)))
+                self.issued.update(calls)
+            else:
+                self.append(self.prepare(message, cost=cost, info=info))
+                return
+        else:
+            group = units[open_index]
+            pending = group.pending
+            if not (
+                results
+                and not calls
+                and open_index == len(units) - 1  # nothing follows the group yet
+                and not group.synthetic_ids
+                and len(set(results)) == len(results)
+                and all(call_id in pending for call_id in results)
+            ):
+                self.append(self.prepare(message, cost=cost, info=info))
+                return
+            # Results of calls of the group at the end of history: they join the group.
+            view = request_form({**message, "content": ""} if empty else message)
+            group.entries.append(index)
+            for call_id in results:
+                pending.remove(call_id)
+            if not pending:
+                self.open_unit = None
+        self.entries.append(Entry(message, info, cost, len(units) - 1, view, info))
+        self.raw_total += cost
+
     def extend(self, messages: Iterable[Any]) -> list[IngressClip]:
         """Admit many messages; on the first refusal raise with its index (used on a fresh log)."""
         clips: list[IngressClip] = []
@@ -335,7 +409,18 @@ def _answering(
     info: MessageInfo, result_ids: tuple[str, ...], kind: Kind | None = None
 ) -> MessageInfo:
     """``info`` answering only ``result_ids`` (as ``dataclasses.replace``, which costs more
-    than the rest of a restored message's admission)."""
+    than the rest of a restored message's admission).
+
+    A result that answers nothing makes no calls either (only assistants call), so what it
+    becomes depends on its flags alone: those few infos are shared, not built each time.
+    """
+    if not result_ids and not info.call_ids:
+        flags = (info.signed_thinking, info.thinking, info.loaded_tool_state, info.reminder)
+        key = (kind or info.kind, *flags, info.reference_only)
+        shared = _ANSWERING_NOTHING.get(key)
+        if shared is None:
+            shared = _ANSWERING_NOTHING[key] = MessageInfo(key[0], (), (), *key[1:])
+        return shared
     return MessageInfo(
         kind or info.kind,
         info.call_ids,
@@ -346,6 +431,9 @@ def _answering(
         info.reminder,
         info.reference_only,
     )
+
+
+_ANSWERING_NOTHING: dict[tuple[Any, ...], MessageInfo] = {}  # at most 5 kinds x 32 flag sets
 
 
 def _result_block_positions(message: Mapping[str, Any], result_positions: list[int]) -> list[int]:

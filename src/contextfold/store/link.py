@@ -97,12 +97,17 @@ def _rebuild(messages: Sequence[StoredMessage], history: History) -> History:
     """``history`` with the stored messages appended at their stored costs and
     classifications: nothing counted, nothing inspected, nothing copied again.
 
-    The loop is the whole of a resume's time, so it is kept tight: the cyclic garbage
-    collector is paused while it builds tens of thousands of dicts that are all kept (it
-    would otherwise walk the growing history again and again for nothing), and the
-    classifications, mostly a few shared forms, are decoded once each.
+    The loop is the whole of a resume's time, so it is kept tight: the classifications,
+    mostly a few shared forms, are decoded once each, and the cyclic garbage collector is
+    kept out of it. Everything built here is kept for the life of the session, so the
+    collector would walk the growing history again and again for nothing: it is paused
+    while the history is built, and then what was built is handed to its oldest generation
+    directly (``gc.freeze`` then ``gc.unfreeze``: two list splices), as surviving a few
+    collections would have put it, instead of being walked by the next young collection.
+    That step is skipped when the application froze objects of its own (a pre-fork server,
+    say), which unfreezing would release.
     """
-    prepare, append = history.prepare, history.append
+    restore = history.restore
     forms: dict[str, MessageInfo | None] = {}
     paused = gc.isenabled()
     gc.disable()
@@ -114,10 +119,12 @@ def _rebuild(messages: Sequence[StoredMessage], history: History) -> History:
                 info = forms.get(info_json, _UNREAD)
                 if info is _UNREAD:
                     info = forms[info_json] = _stored_info(info_json)
-            message = decode_message(stored.message_json, stored.seq)
-            append(prepare(message, cost=stored.cost, info=info))
+            restore(decode_message(stored.message_json, stored.seq), stored.cost, info)
     finally:
         if paused:
+            if gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
     return history
 
