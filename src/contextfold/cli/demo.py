@@ -187,8 +187,7 @@ class RunSummary:
     summary_failures: int = 0
     summary_event_calls: int = 0  # the calls the context:summary events report
     recall_checked: int = 0  # tool results recalled by id after the run (summarize run)
-    recall_identical: int = 0  # ... and returned byte-identical to what was admitted
-    last_view_messages: int = 0  # messages the last request carried
+    recall_identical: int = 0  # ... and returned byte-identical to what the tool returned
 
     @property
     def requests(self) -> int:
@@ -475,7 +474,6 @@ async def run_session(
         summary_event_calls=sum(int(e.get("calls", 0)) for e in summary_events),
         recall_checked=recalled[0],
         recall_identical=recalled[1],
-        last_view_messages=served[-1].message_count if served else 0,
     )
 
 
