@@ -95,25 +95,23 @@ def info_from_json(text: str) -> MessageInfo | None:
         form, end = _scan_json(text, 0)
     except (StopIteration, TypeError, ValueError):
         end = -1
-    if end != len(text):
-        raise ValueError(f"a stored classification is not compact JSON: {text!r:.80}")
-    if type(form) is not list or not form or type(form[0]) is not int:
-        raise ValueError(f"a stored classification has an unknown shape: {text!r:.80}")
+    if end != len(text) or type(form) is not list or not form or type(form[0]) is not int:
+        raise ValueError(f"a stored classification is not one: {text!r:.80}")
     if form[0] != INFO_FORM_VERSION:
         return None
-    if len(form) != 5:
-        raise ValueError(f"a stored classification has an unknown shape: {text!r:.80}")
-    _, kind, call_ids, result_ids, flags = form
-    kind = _KINDS.get(kind) if type(kind) is str else None
-    if (
-        kind is None
-        or not _str_list(call_ids)
-        or not _str_list(result_ids)
-        or type(flags) is not int
-        or not 0 <= flags < len(_FLAG_VALUES)
-    ):
-        raise ValueError(f"a stored classification has an unknown shape: {text!r:.80}")
-    return MessageInfo(kind, tuple(call_ids), tuple(result_ids), *_FLAG_VALUES[flags])
+    if len(form) == 5:
+        _, kind, call_ids, result_ids, flags = form
+        kind = _KINDS.get(kind) if type(kind) is str else None
+        if (
+            kind is not None
+            and type(call_ids) is list
+            and type(result_ids) is list
+            and type(flags) is int
+            and 0 <= flags < len(_FLAG_VALUES)
+            and all(type(item) is str for item in call_ids + result_ids)
+        ):
+            return MessageInfo(kind, tuple(call_ids), tuple(result_ids), *_FLAG_VALUES[flags])
+    raise ValueError(f"a stored classification has an unknown shape: {text!r:.80}")
 
 
 # The five flags' values for each bit pattern, indexed by the stored integer.
@@ -121,10 +119,6 @@ _FLAG_VALUES = tuple(
     tuple(bool(bits & (1 << bit)) for bit in range(len(_INFO_FLAGS)))
     for bits in range(1 << len(_INFO_FLAGS))
 )
-
-
-def _str_list(value: Any) -> bool:
-    return type(value) is list and (not value or all(type(item) is str for item in value))
 
 
 def _fail(problem: str, field: str, fix: str, index: int | None) -> MessageValidationError:

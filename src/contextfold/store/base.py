@@ -100,13 +100,13 @@ class StoredMessage(NamedTuple):
 # The C scanner behind json.loads, called directly: json.loads adds two Python calls and a
 # regular expression per text, nearly as much as decoding a typical message. Same decoder
 # settings as json.loads, so the result is the same dict.
-_scan = json.scanner.make_scanner(json.JSONDecoder())
+scan_json = json.scanner.make_scanner(json.JSONDecoder())
 
 
 def decode_message(message_json: str, seq: int) -> dict[str, Any]:
     """A stored message's JSON text as a dict; json.loads's result and errors."""
     try:
-        value, end = _scan(message_json, 0)
+        value, end = scan_json(message_json, 0)
     except Exception:  # StopIteration or a decode error: let json.loads say what is wrong
         value, end = None, -1
     if end != len(message_json):  # whitespace around it, or not JSON at all

@@ -25,7 +25,7 @@ from typing import Any
 from ..history import Admission, History
 from ..messages import MessageInfo, canonical_json, info_from_json, info_to_json
 from ..tokens import TokenCounter
-from .base import SessionStore, StoredMessage, decode_message
+from .base import SessionStore, StoredMessage, decode_message, scan_json
 
 
 @dataclass
@@ -112,14 +112,20 @@ def _rebuild(messages: Sequence[StoredMessage], history: History) -> History:
     paused = gc.isenabled()
     gc.disable()
     try:
-        for stored in messages:
-            info_json = stored.info_json
+        for seq, message_json, cost, info_json in messages:
             info = None
             if info_json is not None:
                 info = forms.get(info_json, _UNREAD)
                 if info is _UNREAD:
                     info = forms[info_json] = _stored_info(info_json)
-            restore(decode_message(stored.message_json, stored.seq), stored.cost, info)
+            # decode_message's fast path, inline: this loop runs once per stored message.
+            try:
+                message, end = scan_json(message_json, 0)
+            except Exception:  # not JSON after all: decode_message says what is wrong
+                end = -1
+            if end != len(message_json) or type(message) is not dict:
+                message = decode_message(message_json, seq)
+            restore(message, cost, info)
     finally:
         if paused:
             if gc.get_freeze_count() == 0:
