@@ -20,7 +20,13 @@ from .budget import BudgetDecision, derive_budget
 from .compaction import snapshot as fold_snapshot
 from .compaction.floor import floor_error
 from .compaction.planner import PassResult, assemble_view, run_pass, view_raw_total
-from .compaction.summarize import Summarize, id_ranges, summary_blocks, summary_message
+from .compaction.summarize import (
+    Summarize,
+    id_ranges,
+    sized_ladder,
+    summary_blocks,
+    summary_message,
+)
 from .compaction.working import FoldState
 from .config import ContextConfig
 from .conventions import (
@@ -524,6 +530,11 @@ class ContextFold:
                     found = await self._adopted_summaries(base, self._folder.store)
                     base, adopted = (found, True) if found is not None else (base, False)
                 blocks, free = await self._summary_blocks(base)
+            # The summarize rung's default summary size follows the budget.
+            ladder = sized_ladder(self._ladder, budget)
+            if self._folder is not None:
+                sized = next(r for r in ladder if isinstance(r, Summarize))
+                self._folder.max_output_tokens = sized.max_output_tokens
             compact = partial(
                 run_pass,
                 history,
@@ -538,7 +549,7 @@ class ContextFold:
                 summary_blocks=blocks,
                 summary_free_blocks=free,
             )
-            result = compact(ladder=self._ladder)
+            result = compact(ladder=ladder)
             if result.state.pending_summary:
                 result = await self._summarized(
                     result, compact, raw(budget) - request_raw, base.summary_record, blocks
@@ -705,11 +716,11 @@ class ContextFold:
         self._reset_history(loaded.history)
         if loaded.state is not None:
             try:
-                state, notice, notice_cost, missed = fold_snapshot.restore(loaded.state)
+                restored = fold_snapshot.restore(loaded.state, loaded.history.units)
             except (KeyError, TypeError, ValueError):
                 logger.warning("context-fold: stored compaction state unreadable; planning afresh")
             else:
-                self._commit_restored(state, notice, notice_cost, missed)
+                self._commit_restored(*restored)
         if loaded.calibration and isinstance(self.counter, CalibratedCounter):
             self.counter.restore(loaded.calibration)
         if loaded.budget:
@@ -728,8 +739,7 @@ class ContextFold:
         self._notice, self._notice_cost = notice, notice_cost
         self._view_raw = view_raw_total(history, state)
         self._view = assemble_view(history, state, notice)
-        units = history.units
-        self._removed_messages = sum(len(units[u].entries) for u in state.removed_units)
+        self._removed_messages = state.removed_messages
         self._missed_target_at = missed_target_at
         self._summaries_adopted = state.summary_record is not None
 
@@ -793,8 +803,8 @@ class ContextFold:
             self._summaries_adopted = True  # nothing (of this history's) to take up
             return None
         state = base.copy()
-        state.summarized_units |= units
-        state.removed_units |= units
+        for unit in sorted(units):
+            state.summarize_unit(unit, history.units[unit].entries)
         state.summary = summary_message(chain.text, chain.history_ids)
         state.summary_cost = self.counter.count_message(state.summary)
         state.summary_record = chain
@@ -859,8 +869,7 @@ class ContextFold:
         self._notice_cost = result.notice_cost
         self._view_raw = result.raw_total
         self._view = assemble_view(self._history, self._state, self._notice)
-        units = self._history.units
-        self._removed_messages = sum(len(units[u].entries) for u in self._state.removed_units)
+        self._removed_messages = self._state.removed_messages
 
     def _report(
         self,

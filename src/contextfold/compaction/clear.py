@@ -51,11 +51,8 @@ class ClearToolResults:
 
     def apply(self, work: WorkingView, target_raw: int) -> None:
         history = work.history
-        results = [
-            i
-            for i, entry in enumerate(history.entries)
-            if entry.info.kind is Kind.TOOL_RESULT and not work.is_removed(i)
-        ]
+        entries = history.entries
+        results = [i for i in work.kept_entries() if entries[i].info.kind is Kind.TOOL_RESULT]
         if self.keep_last:
             results = results[: -self.keep_last]
         # Plan first, then clear: `clear_at_least` judges the whole pass, not each message.

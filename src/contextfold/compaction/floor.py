@@ -36,9 +36,9 @@ def _largest_required(history: History, result: PassResult, needed: int, budget:
     if protection is None:
         return ""
     best: tuple[int, int, str] | None = None  # (cost, index, reason)
-    for index, entry in enumerate(history.entries):
-        reason = protection.entry_reason(index)
-        if not reason or entry.unit in result.state.removed_units:
+    for index, reason in sorted(protection.untouchable.items()):
+        entry = history.entries[index]
+        if entry.unit in result.state.removed_units:
             continue
         cost = result.state.truncated.get(index, (None, entry.cost))[1]
         if best is None or cost > best[0]:

@@ -9,8 +9,8 @@ needed, and the digest is bounded by ``compaction_notice_token_reserve``.
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ..history import History
@@ -20,8 +20,6 @@ from .working import FoldState
 
 LINE_CHARS = 160
 CHARS_PER_TOKEN = 3  # conservative: digest lines are dense (names, ids, numbers)
-# The ids at the head of a digest line: "- r12-r15: ..." or "- r7,r9: ...".
-_ID_PREFIX = re.compile(r"- (r\d+(?:[-,]r\d+)*): ")
 
 
 MINIMAL_TEXT = (
@@ -40,14 +38,19 @@ def build_notice(
     verbosity: str = "normal",
 ) -> dict[str, Any] | None:
     """The notice for ``state``, or None when nothing was removed or shortened (thinking
-    left out of earlier turns needs no notice: the model never relies on it)."""
-    dropped = state.removed_units - state.summarized_units  # a summary speaks for the rest
-    if not dropped and not state.shortened:
+    left out of earlier turns needs no notice: the model never relies on it).
+
+    Its cost follows its size, never the length of history: the counts come from the
+    state, and the digest reads only as many removed turns, from both ends, as it shows.
+    """
+    # A summary speaks for the summarized units; the notice for the rest of the removed.
+    dropped_units = len(state.removed_units) - len(state.summarized_units)
+    if not dropped_units and not state.shortened:
         return None
     metadata = {"source": NOTICE_SOURCE, "compaction_notice": True}
     if verbosity == "minimal":
         return {"role": role, "content": MINIMAL_TEXT, "metadata": metadata}
-    removed_messages = sum(len(history.units[u].entries) for u in dropped)
+    removed_messages = state.removed_messages - state.summarized_messages
     head = [
         "<context-compaction>",
         "Parts of this conversation were compacted to fit the context window. The full "
@@ -55,7 +58,7 @@ def build_notice(
     ]
     if removed_messages:
         head.append(
-            f"- {removed_messages} earlier message(s) in {len(dropped)} turn(s) or "
+            f"- {removed_messages} earlier message(s) in {dropped_units} turn(s) or "
             "tool-call group(s) were removed from this view."
         )
     if state.shortened:
@@ -65,9 +68,8 @@ def build_notice(
         )
     tail = ["</context-compaction>"]
     budget_chars = reserve_tokens * CHARS_PER_TOKEN - sum(len(line) + 1 for line in head + tail)
-    digest = _digest_lines(history, state) if budget_chars > 0 else []
-    if digest:
-        head.extend(_fit_lines(["Removed, in order:", *digest], budget_chars))
+    if budget_chars > 0 and dropped_units:
+        head.extend(_fitted_digest(history, state, budget_chars))
     return {
         "role": role,
         "content": "\n".join(head + tail),
@@ -75,32 +77,105 @@ def build_notice(
     }
 
 
-def _digest_lines(history: History, state: FoldState) -> list[str]:
-    """One line per prompt, reply, call and note removed; a unit's first line names the ids
-    of all its messages, a range for a call group (``r12-r15``), so the model can recall any
-    of them."""
+_TITLE = "Removed, in order:"
+_ELISION_ROOM = 60  # characters kept for the elision line
+
+
+def _fitted_digest(history: History, state: FoldState, budget_chars: int) -> list[str]:
+    """The digest's title and lines: all of them if they fit ``budget_chars``, else the
+    first and the last ones, alternately, around an elision line that still names the ids
+    it leaves out (as a range). Lines are made only as they are taken, from both ends of
+    the removed turns, so a long session's digest costs what it shows."""
+    removed, summarized = state.removed_units, state.summarized_units
+    forward = _lines(history, removed.without(summarized))
+    backward = _lines(history, removed.without(summarized, reverse=True), reverse=True)
+    next_head, next_tail = next(forward, None), next(backward, None)
+    keep_head: list[_Line] = []
+    keep_tail: list[_Line] = []
+    used = len(_TITLE) + 1 + _ELISION_ROOM
+    take_head = True
+    # The two cursors meet when every line has been taken once (head key passes tail key).
+    while next_head is not None and next_tail is not None and next_head.key <= next_tail.key:
+        line = next_head if take_head else next_tail
+        if used + len(line.text) + 1 > budget_chars:
+            break
+        used += len(line.text) + 1
+        if take_head:
+            keep_head.append(line)
+            next_head = next(forward, None)
+        else:
+            keep_tail.append(line)
+            next_tail = next(backward, None)
+        take_head = not take_head
+    else:
+        # Everything fits: every line once, in order.
+        return [_TITLE, *(line.text for line in keep_head + keep_tail[::-1])]
+    assert next_head is not None and next_tail is not None
+    # Skipped: the units between the cursors whose first line (the one naming their ids)
+    # was not shown.
+    low = next_head.unit if next_head.line_no == 0 else next_head.unit + 1
+    high = next_tail.unit  # its first line is not shown: the tail had not reached it
+    middle: list[str] = []
+    if low <= high:
+        skipped = removed.count_in(low, high + 1) - summarized.count_in(low, high + 1)
+        if skipped:
+            first_unit = next(removed.without(summarized, start=low), None)
+            last_unit = next(removed.without(summarized, reverse=True, start=high), None)
+            assert first_unit is not None and last_unit is not None
+            first_id = min(history.units[first_unit].entries)
+            last_id = max(history.units[last_unit].entries)
+            middle = [
+                f"- ... {skipped} more item(s) ({recall_id(first_id)}-{recall_id(last_id)}) ..."
+            ]
+    return [
+        _TITLE,
+        *(line.text for line in keep_head),
+        *middle,
+        *(line.text for line in reversed(keep_tail)),
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class _Line:
+    unit: int
+    line_no: int  # position among its unit's lines (0: the one naming the ids)
+    text: str
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.unit, self.line_no)
+
+
+def _lines(history: History, units: Iterable[int], *, reverse: bool = False) -> Iterator[_Line]:
+    for unit_index in units:
+        texts = _unit_lines(history, unit_index)
+        numbered = [_Line(unit_index, k, text) for k, text in enumerate(texts)]
+        yield from reversed(numbered) if reverse else numbered
+
+
+def _unit_lines(history: History, unit_index: int) -> list[str]:
+    """One line per prompt, reply, call and note of a removed unit; the first names the
+    ids of all its messages, a range for a call group (``r12-r15``), so the model can
+    recall any of them."""
+    entries = history.units[unit_index].entries
     lines: list[str] = []
-    for unit_index in sorted(state.removed_units - state.summarized_units):
-        entries = history.units[unit_index].entries
-        first = len(lines)
-        for index in entries:
-            entry = history.entries[index]
-            message = entry.message
-            kind = entry.info.kind
-            if kind is Kind.HUMAN:
-                lines.append(f'user asked: "{_text_of(message)}"')
-            elif kind is Kind.ASSISTANT:
-                text = _text_of(message)
-                if text:
-                    lines.append(f'assistant said: "{text}"')
-                for call in _calls_of(message):
-                    lines.append(f"assistant called {call}")
-            elif kind is Kind.USER:
-                lines.append(f'note: "{_text_of(message)}"')
-        if len(lines) > first:
-            lines[first] = f"{_id_span(entries)}: {lines[first]}"
-        lines[first:] = [_clip(f"- {line}") for line in lines[first:]]
-    return lines
+    for index in entries:
+        entry = history.entries[index]
+        message = entry.message
+        kind = entry.info.kind
+        if kind is Kind.HUMAN:
+            lines.append(f'user asked: "{_text_of(message)}"')
+        elif kind is Kind.ASSISTANT:
+            text = _text_of(message)
+            if text:
+                lines.append(f'assistant said: "{text}"')
+            for call in _calls_of(message):
+                lines.append(f"assistant called {call}")
+        elif kind is Kind.USER:
+            lines.append(f'note: "{_text_of(message)}"')
+    if lines:
+        lines[0] = f"{_id_span(entries)}: {lines[0]}"
+    return [_clip(f"- {line}") for line in lines]
 
 
 def _id_span(entries: list[int]) -> str:
@@ -111,42 +186,6 @@ def _id_span(entries: list[int]) -> str:
     if high - low + 1 == len(entries):
         return f"{recall_id(low)}-{recall_id(high)}"
     return ",".join(recall_id(i) for i in sorted(entries))
-
-
-def _fit_lines(lines: list[str], budget_chars: int) -> list[str]:
-    """All lines if they fit, else the first and the last ones around an elision (which
-    still names the ids it leaves out, as a range)."""
-    if sum(len(line) + 1 for line in lines) <= budget_chars:
-        return lines
-    keep_head: list[str] = []
-    keep_tail: list[str] = []
-    used = len(lines[0]) + 1 + 60  # the title and the elision line
-    head_i, tail_i = 1, len(lines) - 1
-    take_head = True
-    while head_i <= tail_i:
-        line = lines[head_i] if take_head else lines[tail_i]
-        if used + len(line) + 1 > budget_chars:
-            break
-        used += len(line) + 1
-        if take_head:
-            keep_head.append(line)
-            head_i += 1
-        else:
-            keep_tail.append(line)
-            tail_i -= 1
-        take_head = not take_head
-    skipped = tail_i - head_i + 1
-    middle = []
-    if skipped > 0:
-        ids = [
-            int(number)
-            for line in lines[head_i : tail_i + 1]
-            if (prefix := _ID_PREFIX.match(line))
-            for number in re.findall(r"\d+", prefix.group(1))
-        ]
-        span = f" ({recall_id(min(ids))}-{recall_id(max(ids))})" if ids else ""
-        middle = [f"- ... {skipped} more item(s){span} ..."]
-    return [lines[0], *keep_head, *middle, *reversed(keep_tail)]
 
 
 def _clip(line: str) -> str:

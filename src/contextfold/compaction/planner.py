@@ -38,11 +38,11 @@ class PassResult:
 
 
 def view_raw_total(history: History, state: FoldState) -> int:
-    """Raw tokens of the kept messages of ``state`` and its summary (one linear scan)."""
+    """Raw tokens of the kept messages of ``state`` and its summary (a scan of the view)."""
+    units = history.units
+    truncated = state.truncated
     return state.summary_cost + sum(
-        history.unit_cost(unit, state.truncated)
-        for i, unit in enumerate(history.units)
-        if i not in state.removed_units
+        history.unit_cost(units[u], truncated) for u in state.kept_units(len(units))
     )
 
 
@@ -87,15 +87,15 @@ def run_pass(
         if state.truncated.pop(index, None) is not None:
             state.stripped.discard(index)
             state.shortened.discard(index)
-        state.removed_units.discard(history.entries[index].unit)
-        state.summarized_units.discard(history.entries[index].unit)
+        unit = history.entries[index].unit
+        state.restore_unit(unit, history.units[unit].entries)
 
     relaxation = Relaxation.NONE
 
     def protect() -> Protection:
         return compute_protection(
             history,
-            state.removed_units,
+            state.kept_units(len(history.units)),
             protected_recent=protected_recent,
             protected_tool_results=protected_tool_results,
             retained=retained,
@@ -235,22 +235,24 @@ def assemble_view(
     history: History, state: FoldState, notice: dict[str, Any] | None
 ) -> list[dict[str, Any]]:
     """The messages of the view: kept units in order, shortened messages swapped in,
-    view-only results after their group, and the notice placed before the first kept unit
-    after the first compacted spot (never inside a tool-call group)."""
+    view-only results after their group, the summary where its first turn was, and the
+    notice placed before the first kept unit after the first compacted spot (never inside
+    a tool-call group). Walks the view's units only."""
     anchor = first_affected_unit(history, state)
-    summary_at = min(state.summarized_units) if state.summary is not None else None
+    summary_at = state.summarized_units.first() if state.summary is not None else None
     view: list[dict[str, Any]] = []
     placed = notice is None
     entries = history.entries
+    units = history.units
     truncated = state.truncated
-    for unit_index, unit in enumerate(history.units):
-        if unit_index == summary_at:
+    for unit_index in state.kept_units(len(units)):
+        if summary_at is not None and unit_index > summary_at:
             view.append(state.summary)  # type: ignore[arg-type]
-        if unit_index in state.removed_units:
-            continue
+            summary_at = None
         if not placed and unit_index >= anchor:
             view.append(notice)  # type: ignore[arg-type]
             placed = True
+        unit = units[unit_index]
         for i in unit.entries:
             swap = truncated.get(i)
             if swap is not None:
@@ -260,6 +262,8 @@ def assemble_view(
                 if message is not None:
                     view.append(message)
         view.extend(unit.synthetic)
+    if summary_at is not None:
+        view.append(state.summary)  # type: ignore[arg-type]
     if not placed:
         view.append(notice)  # type: ignore[arg-type]
     return view
@@ -268,8 +272,8 @@ def assemble_view(
 def first_affected_unit(history: History, state: FoldState) -> int:
     """The first unit the notice speaks of: removed (not summarized), or holding a shortened
     message."""
-    dropped = state.removed_units - state.summarized_units
-    candidates = [min(dropped)] if dropped else []
+    first_dropped = next(state.removed_units.without(state.summarized_units), None)
+    candidates = [first_dropped] if first_dropped is not None else []
     if state.shortened:
         candidates.append(min(history.entries[i].unit for i in state.shortened))
     return min(candidates) if candidates else len(history.units)

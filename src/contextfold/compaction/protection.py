@@ -22,7 +22,7 @@ message's thinking blocks or none, and its turn may leave whole.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from ..history import History
@@ -54,16 +54,17 @@ REQUIRED_REASONS = frozenset(
 
 @dataclass(slots=True)
 class Protection:
-    """Per-entry and per-unit protection flags for one round, with the first reason found."""
+    """Protection reasons of one round, for the messages and units in the view only (a
+    removed unit needs none), so computing them costs the view, not history."""
 
-    untouchable: list[str | None]  # by entry index: reason, or None if the entry may change
-    unremovable: list[str | None]  # by unit index: reason, or None if the unit may go
+    untouchable: dict[int, str]  # entry index -> reason; absent: the entry may change
+    unremovable: dict[int, str]  # unit index -> reason; absent: the unit may go
 
     def entry_reason(self, index: int) -> str | None:
-        return self.untouchable[index]
+        return self.untouchable.get(index)
 
     def unit_reason(self, unit: int) -> str | None:
-        return self.unremovable[unit]
+        return self.unremovable.get(unit)
 
 
 def newest_current_group(history: History) -> int | None:
@@ -83,19 +84,24 @@ def newest_current_group(history: History) -> int | None:
 
 def compute_protection(
     history: History,
-    removed_units: Collection[int],
+    kept_units: Sequence[int],
     *,
     protected_recent: float,
     protected_tool_results: int,
     retained: Collection[int] = (),
     relaxation: Relaxation = Relaxation.NONE,
 ) -> Protection:
-    """Protection flags over ``history`` as it stands in the view (removed units skipped)."""
+    """Protection over the view as it stands: ``kept_units`` are its units in view order."""
     entries = history.entries
-    untouchable: list[str | None] = [None] * len(entries)
+    units = history.units
+    in_view = [i for unit_index in kept_units for i in units[unit_index].entries]
+    untouchable: dict[int, str] = {}
 
-    for i, entry in enumerate(entries):
-        info = entry.info
+    def protect(index: int, reason: str) -> None:
+        untouchable.setdefault(index, reason)
+
+    for i in in_view:
+        info = entries[i].info
         if info.kind is Kind.SYSTEM:
             untouchable[i] = REASON_SYSTEM
         elif info.loaded_tool_state:
@@ -105,47 +111,42 @@ def compute_protection(
         (history.last_human, REASON_LAST_HUMAN),
     ):
         if index is not None:
-            untouchable[index] = untouchable[index] or reason
+            protect(index, reason)
     for index in retained:
-        untouchable[index] = untouchable[index] or REASON_REMINDER
+        protect(index, REASON_REMINDER)
 
-    unremovable: list[str | None] = [None] * len(history.units)
-    required_units = [(len(history.units) - 1, REASON_CURRENT_TURN)] if history.units else []
+    unremovable: dict[int, str] = {}
+    required_units = [(len(units) - 1, REASON_CURRENT_TURN)] if units else []
     group = newest_current_group(history)
     if group is not None:
         required_units.append((group, REASON_CURRENT_GROUP))
     for unit_index, reason in required_units:
         unremovable[unit_index] = reason
-        for i in history.units[unit_index].entries:
-            untouchable[i] = untouchable[i] or reason
+        for i in units[unit_index].entries:
+            protect(i, reason)
 
     # Soft protections, counted over the view as it stands at the start of the round so
     # that removing messages cannot shift them.
-    in_view = [
-        i
-        for unit_index, unit in enumerate(history.units)
-        if unit_index not in removed_units
-        for i in unit.entries
-    ]
     recent = math.ceil(relaxation.recent_fraction(protected_recent) * len(in_view))
     for i in in_view[len(in_view) - recent :] if recent else ():
-        untouchable[i] = untouchable[i] or REASON_RECENT
+        protect(i, REASON_RECENT)
     results_left = protected_tool_results if relaxation.keeps_recent_result_groups else 0
     for i in reversed(in_view):
         if results_left <= 0:
             break
         if entries[i].info.kind is Kind.TOOL_RESULT:
             if relaxation.keeps_recent_results_whole:
-                untouchable[i] = untouchable[i] or REASON_RECENT_RESULT
-            elif not unremovable[entries[i].unit]:
-                unremovable[entries[i].unit] = REASON_RECENT_RESULT
+                protect(i, REASON_RECENT_RESULT)
+            else:
+                unremovable.setdefault(entries[i].unit, REASON_RECENT_RESULT)
             results_left -= max(1, len(entries[i].info.result_ids))
 
-    for unit_index, unit in enumerate(history.units):
-        if unremovable[unit_index]:
+    for unit_index in kept_units:
+        if unit_index in unremovable:
             continue
-        for i in unit.entries:
-            if untouchable[i]:
-                unremovable[unit_index] = untouchable[i]
+        for i in units[unit_index].entries:
+            reason = untouchable.get(i)
+            if reason:
+                unremovable[unit_index] = reason
                 break
     return Protection(untouchable, unremovable)

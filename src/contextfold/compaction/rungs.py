@@ -2,8 +2,8 @@
 
 Rungs run in order, cheapest and least lossy first; each checks the running total
 after every single change and stops as soon as the view is under target, so no more
-is lost than the budget requires. Every rung scans the history once per pass: a pass
-is linear in the number of messages.
+is lost than the budget requires. Every rung scans the view (never all of history) once
+per round: a pass costs the size of the view, however long the session.
 
 The first rung leaves earlier turns' thinking out of the view: nearly lossless (providers
 ignore earlier thinking; Anthropic does not even count it) and often the largest saving in
@@ -59,9 +59,11 @@ class StripEarlierThinking:
     level: ClassVar[int] = 0
 
     def apply(self, work: WorkingView, target_raw: int) -> None:
-        for index, entry in enumerate(work.history.entries):
+        entries = work.history.entries
+        for index in work.kept_entries():
             if work.raw_total <= target_raw:
                 return
+            entry = entries[index]
             if (
                 not entry.info.thinking
                 or index in work.state.stripped
@@ -108,10 +110,11 @@ class TruncateToolResults:
     def apply(self, work: WorkingView, target_raw: int) -> None:
         per_tool = bool(self.exempt_tools or self.tool_chars)
         default_keep = work.truncate_chars if self.chars is None else self.chars
-        for index, entry in enumerate(work.history.entries):
+        entries = work.history.entries
+        for index in work.kept_entries():
             if work.raw_total <= target_raw:
                 return
-            if not _may_shorten(work, index, entry.info.kind, (Kind.TOOL_RESULT,)):
+            if not _may_shorten(work, index, entries[index].info.kind, (Kind.TOOL_RESULT,)):
                 continue
             keep = default_keep
             if per_tool:
@@ -144,10 +147,12 @@ class TruncateLongText:
 
     def apply(self, work: WorkingView, target_raw: int) -> None:
         keep = work.truncate_chars if self.chars is None else self.chars
-        for index, entry in enumerate(work.history.entries):
+        entries = work.history.entries
+        for index in work.kept_entries():
             if work.raw_total <= target_raw:
                 return
-            if not _may_shorten(work, index, entry.info.kind, (Kind.ASSISTANT, Kind.USER)):
+            kinds = (Kind.ASSISTANT, Kind.USER)
+            if not _may_shorten(work, index, entries[index].info.kind, kinds):
                 continue
             current, current_cost = work.current(index)
             if text_length(current) <= keep * 4 + 200:
@@ -170,11 +175,8 @@ class DropOldest:
     level: ClassVar[int] = 3
 
     def apply(self, work: WorkingView, target_raw: int) -> None:
-        removed = work.state.removed_units
         units = work.history.units
-        candidates = [
-            u for u in range(len(units)) if u not in removed and not work.protection.unit_reason(u)
-        ]
+        candidates = [u for u in work.kept_units() if not work.protection.unit_reason(u)]
         removable = sum(work.history.unit_cost(units[u], work.state.truncated) for u in candidates)
         reaches_target = work.raw_total - removable <= target_raw
         stop_at = target_raw if reaches_target else max(target_raw, work.limit_raw)

@@ -8,10 +8,12 @@ have delivered next.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..history import Unit
 from ..summaries import SummaryRecord
+from .unitset import UnitSet
 from .working import FoldState
 
 SNAPSHOT_VERSION = 1
@@ -27,13 +29,16 @@ def snapshot(
     """The state, the notice and the storm guard as one JSON document."""
     return {
         "version": SNAPSHOT_VERSION,
-        "removed_units": sorted(state.removed_units),
+        # Runs of unit indexes, not the indexes: a snapshot costs the view, not history.
+        "removed_units": {"runs": state.removed_units.runs()},
         "truncated": {str(i): [m, cost] for i, (m, cost) in sorted(state.truncated.items())},
         "stripped": sorted(state.stripped),
         "shortened": sorted(state.shortened),
         "rungs_used": dict(state.rungs_used),
         "level": state.level,
-        "summarized_units": sorted(state.summarized_units),
+        "summarized_units": {"runs": state.summarized_units.runs()},
+        "removed_messages": state.removed_messages,
+        "summarized_messages": state.summarized_messages,
         "summary": state.summary,
         "summary_cost": state.summary_cost,
         "summary_record": state.summary_record.to_dict() if state.summary_record else None,
@@ -44,26 +49,50 @@ def snapshot(
 
 
 def restore(
-    document: Mapping[str, Any],
+    document: Mapping[str, Any], units: Sequence[Unit]
 ) -> tuple[FoldState, dict[str, Any] | None, int, int | None]:
-    """(state, notice, notice_cost, missed_target_at) from `snapshot`'s document.
+    """(state, notice, notice_cost, missed_target_at) from `snapshot`'s document, taken on
+    the history whose ``units`` are given.
 
     Raises ValueError for a document of another version or shape: the caller then plans
-    afresh (a snapshot is an optimisation, history is the record).
+    afresh (a snapshot is an optimisation, history is the record). Documents written before
+    the sets were stored as runs (plain index lists) are read too.
     """
     if document.get("version") != SNAPSHOT_VERSION:
         raise ValueError(f"compaction snapshot version {document.get('version')!r} is unknown")
     record = document.get("summary_record")
+    removed = _unit_set(document["removed_units"])
+    summarized = _unit_set(document["summarized_units"])
+    if any(u >= len(units) for u in (_last(removed), _last(summarized)) if u is not None):
+        raise ValueError("compaction snapshot names units this history does not have")
+    removed_messages = document.get("removed_messages")
+    summarized_messages = document.get("summarized_messages")
+    if not isinstance(removed_messages, int) or not isinstance(summarized_messages, int):
+        removed_messages = sum(len(units[u].entries) for u in removed)
+        summarized_messages = sum(len(units[u].entries) for u in summarized)
     state = FoldState(
-        removed_units=set(document["removed_units"]),
+        removed_units=removed,
         truncated={int(i): (m, int(cost)) for i, (m, cost) in document["truncated"].items()},
         stripped=set(document["stripped"]),
         shortened=set(document["shortened"]),
         rungs_used=dict(document["rungs_used"]),
         level=int(document["level"]),
-        summarized_units=set(document["summarized_units"]),
+        summarized_units=summarized,
         summary=document["summary"],
         summary_cost=int(document["summary_cost"]),
         summary_record=SummaryRecord.from_dict(record) if record else None,
+        removed_messages=removed_messages,
+        summarized_messages=summarized_messages,
     )
     return state, document["notice"], int(document["notice_cost"]), document["missed_target_at"]
+
+
+def _unit_set(stored: Any) -> UnitSet:
+    if isinstance(stored, Mapping):
+        return UnitSet.from_runs((int(start), int(end)) for start, end in stored["runs"])
+    return UnitSet(int(u) for u in stored)
+
+
+def _last(units: UnitSet) -> int | None:
+    runs = units.runs()
+    return runs[-1][1] - 1 if runs else None

@@ -159,7 +159,7 @@ class Summarize:
         for block in chosen:
             for u in block:
                 work.remove_unit(u, self.name)
-                state.summarized_units.add(u)
+                state.summarize_unit(u, history.units[u].entries)
                 state.pending_summary.add(u)
             if work.raw_total <= stop_at:
                 break

@@ -13,13 +13,20 @@ from typing import Any
 from ..history import History
 from ..tokens import TokenCounter
 from .protection import Protection
+from .unitset import UnitSet
 
 
 @dataclass
 class FoldState:
-    """Sticky compaction decisions: what stays removed or truncated on every later request."""
+    """Sticky compaction decisions: what stays removed or truncated on every later request.
 
-    removed_units: set[int] = field(default_factory=set)
+    Everything here is proportional to the view, not to history, so a pass can copy it:
+    removed units are runs (`UnitSet`), and the per-message records (``truncated``,
+    ``stripped``, ``shortened``) hold messages still in the view only: a unit that leaves
+    takes its records with it (see `remove_unit`).
+    """
+
+    removed_units: UnitSet = field(default_factory=UnitSet)
     # entry index -> (the message as the view sends it, its raw cost)
     truncated: dict[int, tuple[dict[str, Any], int]] = field(default_factory=dict)
     stripped: set[int] = field(default_factory=set)  # earlier thinking left out
@@ -29,29 +36,72 @@ class FoldState:
     # Removed units a summary stands for, the summary message and its raw cost, and the
     # record it came from (see `summarize`). ``pending_summary``: units this pass summarized,
     # waiting for the summarizer; never carried into a copy.
-    summarized_units: set[int] = field(default_factory=set)
+    summarized_units: UnitSet = field(default_factory=UnitSet)
     summary: dict[str, Any] | None = None
     summary_cost: int = 0
     summary_record: Any = None
     pending_summary: set[int] = field(default_factory=set)
+    # Messages in the removed and in the summarized units (for reports and the notice).
+    removed_messages: int = 0
+    summarized_messages: int = 0
+
+    def __post_init__(self) -> None:
+        # Accept plain collections (tests, older callers) and keep one representation.
+        if not isinstance(self.removed_units, UnitSet):
+            self.removed_units = UnitSet(self.removed_units)
+        if not isinstance(self.summarized_units, UnitSet):
+            self.summarized_units = UnitSet(self.summarized_units)
 
     def copy(self) -> FoldState:
         return FoldState(
-            set(self.removed_units),
+            self.removed_units.copy(),
             dict(self.truncated),
             set(self.stripped),
             set(self.shortened),
             dict(self.rungs_used),
             self.level,
-            set(self.summarized_units),
+            self.summarized_units.copy(),
             self.summary,
             self.summary_cost,
             self.summary_record,
+            removed_messages=self.removed_messages,
+            summarized_messages=self.summarized_messages,
         )
 
     @property
     def is_empty(self) -> bool:
         return not self.removed_units and not self.truncated
+
+    def remove_unit(self, unit_index: int, entries: list[int]) -> None:
+        """The unit leaves the view; its messages' records go with it."""
+        if unit_index in self.removed_units:
+            return
+        self.removed_units.add(unit_index)
+        self.removed_messages += len(entries)
+        for index in entries:
+            self.truncated.pop(index, None)
+            self.stripped.discard(index)
+            self.shortened.discard(index)
+
+    def summarize_unit(self, unit_index: int, entries: list[int]) -> None:
+        """The unit leaves the view with the summary standing for it."""
+        self.remove_unit(unit_index, entries)
+        if unit_index not in self.summarized_units:
+            self.summarized_units.add(unit_index)
+            self.summarized_messages += len(entries)
+
+    def restore_unit(self, unit_index: int, entries: list[int]) -> None:
+        """The unit comes back into the view (a retained reminder), whole."""
+        if unit_index in self.summarized_units:
+            self.summarized_units.discard(unit_index)
+            self.summarized_messages -= len(entries)
+        if unit_index in self.removed_units:
+            self.removed_units.discard(unit_index)
+            self.removed_messages -= len(entries)
+
+    def kept_units(self, unit_count: int) -> list[int]:
+        """The units the view carries, in view order (cost: the view, not history)."""
+        return list(self.removed_units.outside(unit_count))
 
 
 @dataclass
@@ -94,9 +144,19 @@ class WorkingView:
         """Remove a whole unit; returns how many messages left the view."""
         unit = self.history.units[unit_index]
         self.raw_total -= self.history.unit_cost(unit, self.state.truncated)
-        self.state.removed_units.add(unit_index)
+        self.state.remove_unit(unit_index, unit.entries)
         self._count(rung, len(unit.entries))
         return len(unit.entries)
+
+    def kept_units(self) -> list[int]:
+        return self.state.kept_units(len(self.history.units))
+
+    def kept_entries(self) -> list[int]:
+        """Entry indexes of the kept units, oldest first (history order)."""
+        units = self.history.units
+        # Nearly sorted already (view order differs only around a reordered group), so
+        # the sort is linear in practice.
+        return sorted(i for u in self.kept_units() for i in units[u].entries)
 
     def _count(self, rung: str, n: int = 1) -> None:
         self.changed[rung] = self.changed.get(rung, 0) + n
