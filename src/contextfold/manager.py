@@ -197,8 +197,10 @@ class ContextFold:
         self._state = FoldState()
         self._notice: dict[str, Any] | None = None
         self._notice_cost = 0
-        self._view: list[dict[str, Any]] = assemble_view(history, self._state, None)
-        self._view_stale = False  # a message landed before the view's tail: re-assemble
+        # Assembled on the first request, not here: a resume about to restore its sticky
+        # state would build a whole-history view only to replace it.
+        self._view: list[dict[str, Any]] = []
+        self._view_stale = True  # a message landed before the view's tail: re-assemble
         self._view_raw = history.raw_total
         self._removed_messages = 0
         # Size of the messages after the last pass when it could not reach its target
@@ -739,6 +741,7 @@ class ContextFold:
         self._notice, self._notice_cost = notice, notice_cost
         self._view_raw = view_raw_total(history, state)
         self._view = assemble_view(history, state, notice)
+        self._view_stale = False
         self._removed_messages = state.removed_messages
         self._missed_target_at = missed_target_at
         self._summaries_adopted = state.summary_record is not None
