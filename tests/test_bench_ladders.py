@@ -224,3 +224,17 @@ def test_best_line_names_the_best_summarizing_run_and_its_bound() -> None:
         "2 summaries written, largest request 12,500 (the bound 1 - 2N/H at that H: 84.0%)" in line
     )
     assert demo_mod.best_line(runs[:1], base) is None
+
+
+async def test_a_resume_whose_stored_summary_covers_later_turns_goes_on_without_it() -> None:
+    from contextfold.cli.demo import DemoSettings
+
+    # At the limit (0.99/0.2) the first run drops early turns and summarizes later ones; a
+    # resume takes up that summary, then meets the early turns: a record only grows
+    # forward, so the pass must go on without the summary instead of raising ValueError.
+    [variant] = [v for v in demo_mod.sweep_variants() if v.label == "summary only, 0.99/0.2"]
+    measured = await demo_mod.run_variant(DemoSettings(), variant, resume=True)
+    assert measured.run.completed
+    resume = measured.resume
+    assert resume is not None and resume.error is None, resume
+    assert resume.repeat_calls == 0
