@@ -635,21 +635,6 @@ class ContextFold:
             block_ids = [i for u in block if u in pending for i in history.units[u].entries]
             if not block_ids:
                 continue
-            if (
-                record is not None
-                and record.history_ids
-                and min(block_ids) <= max(record.history_ids)
-            ):
-                # A resumed chain covers later turns than this block (turns the first run
-                # dropped rather than summarized): a record can only grow forward, so this
-                # pass goes without the summary rather than end the session.
-                failed = SummaryFailure(
-                    "error",
-                    f"turns {min(block_ids)}.. precede the stored summary's (up to "
-                    f"{max(record.history_ids)})",
-                    self._folder.name,
-                )
-                break
             ids.extend(block_ids)
             fold = await self._folder.fold(
                 record,

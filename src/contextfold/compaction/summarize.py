@@ -131,10 +131,14 @@ class Summarize:
         history = work.history
         chosen: list[tuple[int, ...]] = []
         span_raw = 0
+        # A summary only grows forward: turns before the end of what it covers (turns a
+        # resumed run had dropped, not summarized) are for the other rungs.
+        record = state.summary_record
+        covered_to = record.history_ids[-1] if record is not None and record.history_ids else -1
         for position, block in enumerate(work.summary_blocks[:-1]):  # a last block still grows
             # What of the block is still in the view (drop_oldest may have taken some).
             left = tuple(u for u in block if u not in state.removed_units)
-            if not left:
+            if not left or min(history.units[left[0]].entries) <= covered_to:
                 continue
             if any(work.protection.unit_reason(u) for u in left):
                 break  # blocks are summarized in order

@@ -175,7 +175,3 @@ class UnitSet:
         made._ends = list(self._ends)
         made._size = self._size
         return made
-
-    def __ior__(self, units: Iterable[int]) -> UnitSet:
-        self.update(units)
-        return self
