@@ -1,7 +1,9 @@
 """The demo's task under other ladders and settings, measured in the real kernel.
 
-``contextfold demo`` runs one long agent task (40 lookups, 16,000-token window) without
-compaction, with context-fold's defaults and with the summarize ladder. This bench runs the
+``contextfold demo`` runs one long agent task (80 lookups of 3,000 characters, 16,000-token
+window) without compaction, with context-fold's defaults and with the summarize ladder
+(summarize first, compacting late and deep); ``--steps``, ``--result-chars`` and ``--window``
+change the task. This bench runs the
 same sessions (``contextfold.cli.demo.run_session``: the demo's own mount plan, hooks and
 measurements, so the two never disagree) and, with ``--sweep``, the summarize ladder under
 settings a user would try for prompt caching: where the rung sits, when compaction starts and
@@ -25,6 +27,7 @@ requests; the summarizer calls it makes for spans the run already summarized sho
 
     uv run python bench/bench_demo_ladders.py
     uv run python bench/bench_demo_ladders.py --sweep --json bench/out/demo_ladders.json
+    uv run python bench/bench_demo_ladders.py --sweep --steps 40 --result-chars 6000
 """
 
 from __future__ import annotations
@@ -99,9 +102,6 @@ def sweep_variants() -> tuple[RunSpec, ...]:
         summarize_variant("summarize first", ladder=EARLY),
         summarize_variant("summarize first, 0.99/0.2", ladder=EARLY, **AT_THE_LIMIT),
         summarize_variant("summary only, 0.99/0.2", ladder=SUMMARY_ONLY, **AT_THE_LIMIT),
-        summarize_variant(
-            "summarize first, 0.99/0.2, protect less", ladder=EARLY, **AT_THE_LIMIT, **PROTECT_LESS
-        ),
         summarize_variant(
             "summary only, 0.99/0.2, protect less",
             ladder=SUMMARY_ONLY,
@@ -289,12 +289,17 @@ def resume_line(run: LadderRun) -> str:
     )
 
 
-def print_runs(runs: Sequence[RunSummary], lines: Sequence[str], seconds: float) -> None:
+def print_runs(
+    runs: Sequence[RunSummary], lines: Sequence[str], seconds: float, settings: DemoSettings
+) -> None:
     from rich.console import Console
     from rich.table import Table
 
     console = Console(width=None if sys.stdout.isatty() else 190)
-    table = Table(title="The demo's task (40 lookups, 16,000-token window), one run per row")
+    table = Table(
+        title=f"The demo's task ({settings.steps} lookups of {settings.result_chars:,} characters, "
+        f"{settings.window:,}-token window), one run per row"
+    )
     columns = {
         "run": lambda r: r.label,
         "chat reqs": lambda r: str(r.requests),
@@ -342,14 +347,23 @@ def main(argv: list[str] | None = None) -> int:
         "--sweep", action="store_true", help="also try other settings of the summarize ladder"
     )
     parser.add_argument("--json", type=Path, help="also write the runs to this JSON file")
+    defaults = DemoSettings()
+    parser.add_argument("--steps", type=int, default=defaults.steps, help="lookups in the task")
+    parser.add_argument(
+        "--result-chars",
+        type=int,
+        default=defaults.result_chars,
+        help="characters a lookup returns",
+    )
+    parser.add_argument("--window", type=int, default=defaults.window, help="the model's window")
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
-    settings = DemoSettings()
+    settings = DemoSettings(window=args.window, steps=args.steps, result_chars=args.result_chars)
     runs = asyncio.run(measure(settings, args.sweep))
     input_limit = settings.window - settings.max_output_tokens
     lines = report_lines(runs, input_limit)
-    print_runs([r.run for r in runs], lines, time.perf_counter() - started)
+    print_runs([r.run for r in runs], lines, time.perf_counter() - started, settings)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         report = {"runs": [run.to_dict() for run in runs], "lines": lines}

@@ -84,12 +84,16 @@ def test_every_run_is_a_real_amplifier_session(numbers: dict[str, Any]) -> None:
         "compaction_enabled": False,
     }
     assert plans["managed"]["context"]["config"] == {"report_events": "every_request"}
-    # The summarize ladder with the rung's own defaults, the session's provider summarizing;
-    # the task and everything else as in the other runs.
+    # The summarize ladder with the rung's own defaults, compacting late and deep, the
+    # session's provider summarizing; the task and everything else as in the other runs.
     assert plans["summarize"]["context"]["config"] == {
         "report_events": "every_request",
-        "strategies": ["strip_thinking", "truncate_tool_results", "summarize", "drop_oldest"],
+        "strategies": ["strip_thinking", "summarize", "truncate_tool_results", "drop_oldest"],
         "summarizer": {"provider": "scripted"},
+        "compact_threshold": 0.99,
+        "target_usage": 0.2,
+        "protected_recent": 0.05,
+        "protected_tool_results": 1,
     }
     for part in ("orchestrator", "providers", "tools"):
         assert plans["summarize"][part] == plans["managed"][part]

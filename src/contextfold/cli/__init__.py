@@ -25,10 +25,10 @@ EXIT_BAD_INPUT = 2
 
 # The demo refuses (exit 2) a window below MIN_DEMO_WINDOW: under it no --result-chars fits
 # beside the 4,096-token safety margin and half the reply reserve. With the default
-# --result-chars the task needs about DEMO_WINDOW_FOR_DEFAULT_RESULTS (measured: 7,745 works,
-# 7,701 does not); a window between the two exits 1 ("cannot fit"). test_cli_demo checks both.
+# --result-chars the task needs about DEMO_WINDOW_FOR_DEFAULT_RESULTS (measured: 6,280 works,
+# 6,250 does not); a window between the two exits 1 ("cannot fit"). test_cli_demo checks both.
 MIN_DEMO_WINDOW = 6_000
-DEMO_WINDOW_FOR_DEFAULT_RESULTS = 7_800
+DEMO_WINDOW_FOR_DEFAULT_RESULTS = 6_300
 
 _DESCRIPTION = """\
 contextfold keeps an agent's whole conversation and, before every model call, hands the
@@ -124,16 +124,16 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--steps",
         type=_positive_int,
-        default=40,
+        default=80,  # cli.demo.DEFAULT_STEPS (not imported here: it loads the kernel)
         metavar="N",
-        help="tool-using steps before the final answer (default 40)",
+        help="tool-using steps before the final answer (default 80)",
     )
     demo.add_argument(
         "--result-chars",
         type=_positive_int,
-        default=6_000,
+        default=3_000,  # cli.demo.DEFAULT_RESULT_CHARS
         metavar="CHARS",
-        help="characters each lookup result returns (default 6000; at least 200)",
+        help="characters each lookup result returns (default 3000; at least 200)",
     )
     _add_output_options(demo, "demo-<timestamp>")
     demo.add_argument(
