@@ -2,9 +2,12 @@
 
 For each size the same conversation is run twice, side by side:
 
-- **core**: a bare ``ContextFold``: ``add_message`` for every message and
-  ``get_messages_for_request`` before every assistant message and at the end, exactly the calls
-  the replay makes and nothing else. This is the floor: the replay cannot be cheaper.
+- **core**: a bare ``ContextFold``: ``add_message`` for every message and a request before
+  every assistant message and at the end, exactly the calls the replay makes and nothing else.
+  This is the floor: the replay cannot be cheaper. The replay asks for its views through
+  ``_request_view_shared`` (the request path without the per-request copy of the view, since
+  it only reads them); ``--copying`` times the core through the public
+  ``get_messages_for_request`` instead, whose copy costs in proportion to the view.
 - **replay**: ``contextfold.cli.replay.replay_messages``, which adds the per-request report row,
   the prefix-reuse measurement and the totals. Its context manager is the real ``ContextFold``
   with a stopwatch around each call, so the replay's **own** time (total minus the time spent
@@ -27,6 +30,7 @@ import gc
 import json
 import math
 import platform
+import resource
 import statistics
 import sys
 import time
@@ -76,16 +80,21 @@ def short_conversation(size: int) -> list[dict[str, Any]]:
 
 
 async def core_only(
-    messages: list[dict[str, Any]], window: int | None, max_output_tokens: int
+    messages: list[dict[str, Any]],
+    window: int | None,
+    max_output_tokens: int,
+    copying: bool = False,
 ) -> None:
-    """The context manager's calls a replay makes, and nothing else."""
+    """The context manager's calls a replay makes, and nothing else (``copying``: the public
+    request, which copies every view, in place of the replay's own)."""
     context = ContextFold({})
     model = ReplayModel(window, max_output_tokens) if window is not None else None
+    request = context.get_messages_for_request if copying else context._request_view_shared
     for index, message in enumerate(messages):
         if message["role"] == "assistant" and index > 0:
-            await context.get_messages_for_request(provider=model)
+            await request(provider=model)
         await context.add_message(dict(message))
-    await context.get_messages_for_request(provider=model)
+    await request(provider=model)
     await context.get_messages()
 
 
@@ -105,6 +114,13 @@ class TimedContextFold(ContextFold):
         start = time.perf_counter()
         try:
             return await super().get_messages_for_request(*args, **kwargs)
+        finally:
+            TimedContextFold.elapsed += time.perf_counter() - start
+
+    async def _request_view_shared(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        start = time.perf_counter()
+        try:
+            return await super()._request_view_shared(*args, **kwargs)
         finally:
             TimedContextFold.elapsed += time.perf_counter() - start
 
@@ -138,6 +154,7 @@ class Row:
     core_s: float  # the bare context manager, run alone
     replay_s: float  # the whole replay
     replay_own_s: float  # the replay minus the time inside its context manager
+    peak_rss_mb: float  # the process's peak resident memory after this size ran
 
     @property
     def core_us_per_message(self) -> float:
@@ -148,7 +165,7 @@ class Row:
         return self.replay_own_s / self.messages * 1e6
 
 
-def measure(size: int, window: int | None, reps: int) -> Row:
+def measure(size: int, window: int | None, reps: int, copying: bool = False) -> Row:
     messages = short_conversation(size)
     outcome: dict[str, Any] = {}
     inside: list[float] = []
@@ -164,7 +181,9 @@ def measure(size: int, window: int | None, reps: int) -> Row:
             replay_module.ContextFold = ContextFold  # type: ignore[misc]
         inside.append(TimedContextFold.elapsed)
 
-    core = timed(lambda: asyncio.run(core_only(messages, window, DEFAULT_MAX_OUTPUT_TOKENS)), reps)
+    core = timed(
+        lambda: asyncio.run(core_only(messages, window, DEFAULT_MAX_OUTPUT_TOKENS, copying)), reps
+    )
     replayed = timed(replay, reps)
     own = [total - core_part for total, core_part in zip(replayed, inside, strict=True)]
     totals = outcome["result"].totals
@@ -175,7 +194,16 @@ def measure(size: int, window: int | None, reps: int) -> Row:
         statistics.median(core),
         statistics.median(replayed),
         statistics.median(own),
+        peak_rss_mb(),
     )
+
+
+def peak_rss_mb() -> float:
+    """The process's peak resident memory so far, in MiB (sizes run smallest first, so after
+    the largest it is that size's peak: its conversation, history and replay rows together)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux reports KiB, macOS bytes.
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
 def extrapolate(rows: list[Row], size: int) -> float | None:
@@ -196,9 +224,9 @@ def print_table(rows: list[Row]) -> None:
     base = rows[0]
     print(
         "| messages | requests | compactions | core alone | per msg | replay | replay's own "
-        "| own per msg | own per msg vs first | core per msg vs first |"
+        "| own per msg | own per msg vs first | core per msg vs first | peak RSS |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         print(
             f"| {row.messages:,} | {row.requests:,} | {row.compactions:,} "
@@ -206,7 +234,8 @@ def print_table(rows: list[Row]) -> None:
             f"| {_seconds(row.replay_s)} | {_seconds(row.replay_own_s)} "
             f"| {row.own_us_per_message:.1f} µs "
             f"| {row.own_us_per_message / base.own_us_per_message:.2f}x "
-            f"| {row.core_us_per_message / base.core_us_per_message:.2f}x |"
+            f"| {row.core_us_per_message / base.core_us_per_message:.2f}x "
+            f"| {row.peak_rss_mb:,.0f} MiB |"
         )
 
 
@@ -227,6 +256,12 @@ def main(argv: list[str] | None = None) -> int:
         default=900.0,
         help="skip a size whose core-alone time extrapolates above this many seconds (default 900)",
     )
+    parser.add_argument(
+        "--copying",
+        action="store_true",
+        help="time the core through the public get_messages_for_request, which copies every "
+        "view (default: the replay's own request path, which does not)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     sizes = [int(part.replace("_", "")) for part in args.sizes.split(",") if part.strip()]
@@ -234,12 +269,15 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"contextfold replay speed: Python {platform.python_version()}, "
         f"window {args.window if args.window else 'none (budget 200,000)'}, "
-        f"median of {args.reps}",
+        f"median of {args.reps}, core via "
+        f"{'get_messages_for_request' if args.copying else '_request_view_shared'}",
         flush=True,
     )
     # Load the tokenizer and warm the interpreter first, so the smallest size is not charged
     # for one-time start-up and the per-message ratios compare like with like.
-    asyncio.run(core_only(short_conversation(2_000), args.window, DEFAULT_MAX_OUTPUT_TOKENS))
+    asyncio.run(
+        core_only(short_conversation(2_000), args.window, DEFAULT_MAX_OUTPUT_TOKENS, args.copying)
+    )
     replay_messages(short_conversation(2_000), {}, args.window)
     rows: list[Row] = []
     for size in sizes:
@@ -252,11 +290,12 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             continue
-        row = measure(size, args.window, args.reps)
+        row = measure(size, args.window, args.reps, args.copying)
         rows.append(row)
         print(
             f"  {row.messages:,} messages: core alone {_seconds(row.core_s)}, "
-            f"replay {_seconds(row.replay_s)} (its own work {_seconds(row.replay_own_s)})",
+            f"replay {_seconds(row.replay_s)} (its own work {_seconds(row.replay_own_s)}), "
+            f"peak RSS {row.peak_rss_mb:,.0f} MiB",
             flush=True,
         )
     print()
@@ -271,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
             }
             for row in rows
         ]
-        args.json.write_text(json.dumps({"window": args.window, "rows": records}, indent=2))
+        summary = {"window": args.window, "copying": args.copying, "rows": records}
+        args.json.write_text(json.dumps(summary, indent=2))
     return 0
 
 

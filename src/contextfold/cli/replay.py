@@ -214,7 +214,8 @@ async def replay_messages_async(
     history = _HistorySize()
 
     async def request(history_messages: int) -> None:
-        view = await context.get_messages_for_request(provider=model)
+        # The context's own view, not a copy: the replay only reads it (see `_PrefixTracker`).
+        view = await context._request_view_shared(provider=model)
         report = context.last_report
         assert report is not None  # every delivered view sets it
         history_tokens = history.update(report)
@@ -297,33 +298,47 @@ class _PrefixTracker:
     """How much of each view repeats the previous one, computed incrementally.
 
     Keeps the previous view and the running token total of its first ``i`` messages
-    (``cumulative[i]``). A request compares the new view with the previous one (list equality
-    runs in C, and an unchanged message is the same object or an equal one) and reads the
-    prefix's tokens off ``cumulative``. On a request without compaction only the newly
-    appended messages are counted. After a compaction the rest of the view is mostly runs of
-    the previous view's messages (the oldest dropped, a few shortened): each run is found with
-    C-level searches and takes its costs from the previous view, so only the messages
-    compaction changed, and the new ones, are counted.
+    (``cumulative[i]``). The views are the context's own lists (`_request_view_shared`): while
+    no request re-plans it, the view is the same list, grown in place by the messages admitted
+    since, so a request that gets the list it got last time shares all of the previous view
+    without comparing anything, and only the newly appended messages are counted. That keeps
+    a replay's own work per request proportional to the new messages, not to the view.
+
+    Any other list is compared with the previous view (list equality runs in C, and an
+    unchanged message is the same object or an equal one) and the prefix's tokens are read off
+    ``cumulative``. After a compaction the rest of the view is mostly runs of the previous
+    view's messages (the oldest dropped, a few shortened): each run is found with C-level
+    searches and takes its costs from the previous view, so only the messages compaction
+    changed, and the new ones, are counted.
     """
 
     def __init__(self, count: Callable[[Mapping[str, Any]], int]) -> None:
         self._count = count
         self._previous: list[Mapping[str, Any]] = []
+        self._length = 0  # how long the previous view was when it was delivered
         self._cumulative: list[int] = [0]
 
     def advance(self, view: list[dict[str, Any]]) -> tuple[int, int]:
         """``(shared messages, their tokens)`` against the previous view; then remember this one."""
-        previous, before = self._previous, self._cumulative
-        shared = _common_prefix(previous, view)
+        before = self._cumulative
+        if view is self._previous and len(view) >= self._length:
+            # The same list: only appended to since (the context's sticky view).
+            shared = self._length
+        else:
+            # The previous list may have grown since it was delivered: compare what it was.
+            previous = self._previous
+            if len(previous) != self._length:
+                previous = self._previous = previous[: self._length]
+            shared = _common_prefix(previous, view)
         prefix_tokens = before[shared]
-        if shared == len(previous):  # nothing changed: count the appended messages only
+        if shared == self._length:  # nothing changed: count the appended messages only
             total = prefix_tokens
             for message in view[shared:]:
                 total += self._count(message)
                 before.append(total)
-            self._previous = view
-            return shared, prefix_tokens
-        self._previous, self._cumulative = view, self._realign(view, shared)
+        else:
+            self._cumulative = self._realign(view, shared)
+        self._previous, self._length = view, len(view)
         return shared, prefix_tokens
 
     def _realign(self, view: list[dict[str, Any]], shared: int) -> list[int]:
