@@ -259,6 +259,28 @@ class ContextFold:
         bodies that must reach the model complete. Raises amplifier-core's
         `ContextLengthError` when the protected content alone cannot fit.
         """
+        return await self._request(token_budget, provider, hard_fit, required_reminders)
+
+    async def _request_view_shared(self, provider: Any | None = None) -> list[dict[str, Any]]:
+        """Internal (``contextfold replay``): `get_messages_for_request` without the copies.
+
+        The list and its messages are the context's own (no copy: a replay of a million
+        messages would spend half its time copying views it only reads). The caller must
+        never change them. While no request replaces it, the list may be the sticky view
+        itself: later ``add_message`` calls append to it in place, and nothing before its
+        end changes; a request that re-plans the view returns another list.
+        """
+        return await self._request(None, provider, False, (), share=True)
+
+    async def _request(
+        self,
+        token_budget: int | None,
+        provider: Any | None,
+        hard_fit: bool,
+        required_reminders: Sequence[str],
+        *,
+        share: bool = False,
+    ) -> list[dict[str, Any]]:
         # Re-read every request (AGENTS.md and @mentions change); a failing factory fails
         # the request before anything is planned.
         system_prompt = await resolve_system_prompt(self._system_prompt_factory)
@@ -273,7 +295,7 @@ class ContextFold:
             prompt_view = self._system_prompt_view(system_prompt)
             try:
                 view, events = await self._plan_request(
-                    capped, hard_fit, required_reminders, prompt_view
+                    capped, hard_fit, required_reminders, prompt_view, share=share
                 )
             except ContextLengthError:
                 if capped is decision:
@@ -282,7 +304,7 @@ class ContextFold:
                 # the required core cannot fit under it, try the budget itself before ending
                 # the session (the provider refuses what it must, and the loop refits).
                 view, events = await self._plan_request(
-                    decision, hard_fit, required_reminders, prompt_view
+                    decision, hard_fit, required_reminders, prompt_view, share=share
                 )
             if self._link is not None:
                 await self._persist()
@@ -458,6 +480,8 @@ class ContextFold:
         hard_fit: bool,
         required_reminders: Sequence[str],
         system_prompt: _SystemPrompt | None = None,
+        *,
+        share: bool = False,
     ) -> tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
         cfg = self.config
         self._summary_events = []  # a request that fails leaves no trace
@@ -490,7 +514,9 @@ class ContextFold:
                 target=budget,
                 hard_fit=hard_fit,
             )
-            return self._deliver(self._view, before_raw, decision, report, None, system_prompt)
+            return self._deliver(
+                self._view, before_raw, decision, report, None, system_prompt, share=share
+            )
 
         reserve = self._notice_reserve(budget)
         usable = max(0, budget - reserve)
@@ -612,7 +638,9 @@ class ContextFold:
             drift=self._drift(),
             ratio=ratio,
         )
-        return self._deliver(delivered, delivered_raw, decision, report, result, system_prompt)
+        return self._deliver(
+            delivered, delivered_raw, decision, report, result, system_prompt, share=share
+        )
 
     async def _summarized(
         self,
@@ -920,19 +948,23 @@ class ContextFold:
         report: RequestReport,
         result: PassResult | None,
         system_prompt: _SystemPrompt | None = None,
+        *,
+        share: bool = False,
     ) -> tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
         """The view to hand out, and the events to emit once the lock is released.
 
         The caller gets its own copy of every message (containers copied, strings shared):
         marking a block for prompt caching or editing a message in place can never reach
-        history or the sticky view.
+        history or the sticky view. Only with ``share`` (`_request_view_shared`, for a
+        caller that never writes) are the context's own list and messages handed out.
         """
         if system_prompt is None:
-            view = [detached(message) for message in messages]
+            view = messages if share else [detached(message) for message in messages]
         else:
             hidden = system_prompt.hidden
             view = [dict(system_prompt.message)]
-            view.extend(detached(m) for m in messages if id(m) not in hidden)
+            copy = _shared if share else detached
+            view.extend(copy(m) for m in messages if id(m) not in hidden)
         self._last_delivered_raw = view_raw
         self.last_report = report
         events: list[tuple[str, dict[str, Any]]] = [
@@ -982,6 +1014,10 @@ class ContextFold:
     def kinds(self) -> list[Kind]:
         """The classification of every message in history, in order."""
         return [e.info.kind for e in self._history.entries]
+
+
+def _shared(message: dict[str, Any]) -> dict[str, Any]:
+    return message
 
 
 def _plain_text(content: Any) -> str:
