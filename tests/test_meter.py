@@ -216,3 +216,63 @@ async def test_good_figures_of_other_numeric_types_are_read() -> None:
         await ctx.on_llm_response({"usage": usage(value), "model": "m"})  # type: ignore[arg-type]
         await ctx.get_messages_for_request(token_budget=100_000)
         assert ctx.token_meter_stats.last_actual == expected
+
+
+async def _schema_session(schemas: int, budget: int, *, turns: int = 40) -> dict:
+    """A tool loop whose provider bills each request's messages exactly (o200k) plus
+    ``schemas`` tokens of tool schemas, reported as usage after every request."""
+    ctx = ContextFold(token_counter="calibrated")
+    await ctx.add_message({"role": "system", "content": "You are terse."})
+    await ctx.add_message({"role": "user", "content": "Look up the items."})
+    compactions, billed = 0, []
+    for turn in range(turns):
+        view = await ctx.get_messages_for_request(token_budget=budget)
+        compactions += ctx.last_report.compacted
+        exact = sum(ctx.counter.count_message(m) for m in view) + ctx.counter.request_overhead
+        billed.append(exact + schemas)
+        await ctx.on_llm_response({"usage": usage(exact + schemas), "model": "gpt-4o"})
+        call = f"call_{turn}"
+        await ctx.add_message(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call,
+                        "type": "function",
+                        "function": {"name": "lookup", "arguments": "{}"},
+                    }
+                ],
+            }
+        )
+        await ctx.add_message(
+            {"role": "tool", "tool_call_id": call, "content": f"item {turn} " * 120}
+        )
+    return {
+        "compactions": compactions,
+        "billed": billed,
+        "ratio": ctx.counter.ratio("gpt-4o"),
+        "fixed": ctx.counter.fixed("gpt-4o"),
+        "estimate": ctx.last_report.tokens_before,
+        "raw": ctx.token_meter_stats.raw_estimate,
+    }
+
+
+async def test_tool_schemas_take_their_size_from_the_budget_not_a_share_of_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 2,000 tokens of schemas on every request: read as a ratio they looked like a 3x
+    # under-count (its bound) and left a third of the budget to the messages.
+    learned = await _schema_session(2_000, 6_000)
+    assert learned["fixed"] == 2_000 and learned["ratio"] == pytest.approx(1.0)
+    assert learned["estimate"] == learned["raw"] + 2_000  # every size carries the fixed part
+    # The honest budget: no request the provider billed was over it, schemas included.
+    assert max(learned["billed"]) <= 6_000
+    # The same session with the fixed part switched off: the ratio alone (pinned at its
+    # bound) compacts far more often for the same budget.
+    from contextfold.tokens import CalibratedCounter
+
+    monkeypatch.setattr(CalibratedCounter, "_fit", lambda self, state: False)
+    ratio_only = await _schema_session(2_000, 6_000)
+    assert ratio_only["fixed"] == 0 and ratio_only["ratio"] > 2.5
+    assert learned["compactions"] * 2 <= ratio_only["compactions"]

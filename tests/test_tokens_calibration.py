@@ -198,6 +198,7 @@ def test_update_is_the_calibration_event_payload() -> None:
         "estimated": 1_000,
         "actual": 1_150,
         "accepted": True,
+        "fixed": 0,
     }
 
 
@@ -280,19 +281,30 @@ def test_ratio_rules_hold_for_any_readings(
 ) -> None:
     counter = fresh(agreement=agreement, tolerance=tolerance, min_ratio=low, max_ratio=high)
     recent: dict[str | None, list[float]] = {}
+    readings_of: dict[str | None, list[tuple[int, int]]] = {}
     for model, estimated, actual in seen:
         # The model's own ratio (ratio(None) may borrow another model's before None is seen).
         learned = counter.snapshot().get(UNKNOWN_MODEL_KEY if model is None else model)
         before = learned["ratio"] if learned else counter.prior
+        fixed_before = learned["fixed"] if learned else 0
         update = counter.observe(model, estimated, actual)
         reading = min(high, max(low, actual / estimated))
         window = recent.setdefault(model, [])
         window.append(reading)
         del window[:-agreement]
+        sizes = readings_of.setdefault(model, [])
+        sizes.append((estimated, actual))
+        del sizes[:-agreement]
         assert low * (1 - 1e-9) <= update.ratio <= high * (1 + 1e-9)
-        # Never below any of the last `agreement` readings: under-counting is what overflows.
-        assert update.ratio >= max(window) * (1 - 1e-9)
-        if update.ratio < before * (1 - 1e-9):
+        assert update.fixed >= 0
+        # Never below any of the last `agreement` readings (up to the ratio's bound):
+        # under-counting is what overflows. With a fixed part, the estimate is the line.
+        if update.fixed == 0:
+            assert update.ratio >= max(window) * (1 - 1e-9)
+        for size, billed in sizes:
+            line = size * update.ratio + update.fixed
+            assert line >= min(billed, size * high) * (1 - 1e-9) - 1e-6
+        if fixed_before == update.fixed == 0 and update.ratio < before * (1 - 1e-9):
             # Down only on agreement, and only as far as the highest agreeing reading.
             assert len(window) == agreement
             assert max(window) <= min(window) * (1 + tolerance) * (1 + 1e-9)
@@ -308,3 +320,113 @@ def test_any_steady_ratio_is_learned(ratio: float, seed: int) -> None:
     # Within the noise, plus the rounding of actual to whole tokens (estimates are >= 2,000).
     slack = 0.5 / 2_000
     assert ratio * 0.98 - slack <= counter.ratio(MODEL) <= ratio * 1.02 + slack
+
+
+# -- the fixed part: what every request costs beyond its messages (tool schemas) ------------
+
+
+def schema_readings(counter: CalibratedCounter, schemas: int, sizes: list[int]) -> list:
+    """The provider counts each request's messages exactly plus ``schemas`` tokens."""
+    return [counter.observe(MODEL, size, size + schemas) for size in sizes]
+
+
+def test_tool_schemas_are_learned_as_a_fixed_part_not_a_ratio() -> None:
+    # 600 tokens of schemas on a 150-token first request read as a 5x under-count: the ratio
+    # alone would scale every later request by 3 (its bound) for the rest of the session.
+    counter = CalibratedCounter(ExactCounter())
+    first, second, third = schema_readings(counter, 600, [150, 770, 1_390])
+    assert first.ratio == pytest.approx(3.0) and first.fixed == 0
+    assert second.fixed == 0  # two readings are not agreement
+    assert third.accepted and third.fixed == 600 and third.ratio == pytest.approx(1.0)
+    assert counter.fixed(MODEL) == 600 and counter.fixed(None) == 600
+    # Later requests are estimated as messages + schemas, whatever their size.
+    for size in (2_000, 10_000, 100_000):
+        assert counter.scale(size, MODEL) + counter.fixed(MODEL) == size + 600
+    assert counter.snapshot()[MODEL]["fixed"] == 600
+
+
+def test_a_fixed_part_and_a_ratio_are_learned_together() -> None:
+    counter = fresh()
+    rng = random.Random(3)
+    sizes = [rng.randint(500, 20_000) for _ in range(12)]
+    for size in sizes:
+        counter.observe(MODEL, size, math.ceil(size * 1.3) + 2_000)
+    assert counter.ratio(MODEL) == pytest.approx(1.3, abs=0.01)
+    assert abs(counter.fixed(MODEL) - 2_000) <= 25
+    for size in sizes:  # the learned line covers every reading it was learned from
+        assert counter.scale(size, MODEL) + counter.fixed(MODEL) >= math.ceil(size * 1.3) + 2_000
+
+
+def test_readings_that_agree_as_ratios_never_get_a_fixed_part() -> None:
+    counter = fresh()
+    feed(counter, 1.2, 30, noise=0.03)
+    assert counter.fixed(MODEL) == 0
+
+
+def test_a_line_the_readings_do_not_agree_on_is_not_adopted() -> None:
+    # Schemas, then one odd reading (1 token: an error response) among them: no line fits
+    # all, so nothing is learned from the odd one and the estimate never drops below exact.
+    counter = CalibratedCounter(ExactCounter())
+    schema_readings(counter, 600, [150, 770])
+    update = counter.observe(MODEL, 1_390, 1)
+    assert counter.fixed(MODEL) == 0 and not update.accepted
+    assert counter.scale(1_390, MODEL) >= 1_390
+
+
+def test_a_fit_never_raises_the_estimate_where_it_was_learned() -> None:
+    # Absurd but consistent readings cannot enter through the fixed part: the ratio's bound
+    # still holds at the size of the largest recent request.
+    counter = CalibratedCounter(ExactCounter())
+    for size in (1_000, 2_000, 4_000, 8_000):
+        counter.observe(MODEL, size, 10**12 + size)
+    assert counter.fixed(MODEL) == 0 and counter.ratio(MODEL) == pytest.approx(3.0)
+
+
+def test_fewer_schemas_later_lower_the_fixed_part_on_agreement() -> None:
+    counter = CalibratedCounter(ExactCounter())
+    schema_readings(counter, 3_000, [1_000, 2_000, 3_000, 4_000])
+    assert counter.fixed(MODEL) == 3_000
+    schema_readings(counter, 500, [5_000])  # one reading: the line stays where it was
+    assert counter.fixed(MODEL) == 3_000
+    schema_readings(counter, 500, [6_000, 7_500, 9_000, 11_000, 13_000, 15_000, 18_000])
+    assert counter.fixed(MODEL) == 500 and counter.ratio(MODEL) == pytest.approx(1.0)
+
+
+def test_the_fixed_part_survives_snapshot_and_restore_and_bad_values_are_ignored() -> None:
+    counter = CalibratedCounter(ExactCounter())
+    schema_readings(counter, 600, [150, 770, 1_390])
+    again = CalibratedCounter(ExactCounter())
+    again.restore(counter.snapshot())
+    assert again.fixed(MODEL) == 600 and again.ratio(MODEL) == pytest.approx(1.0)
+    for bad in (-5, "600", True, 1.5, None):
+        other = CalibratedCounter(ExactCounter())
+        other.restore({MODEL: {"ratio": 1.0, "samples": 3, "fixed": bad}})
+        assert other.fixed(MODEL) == 0
+    old = CalibratedCounter(ExactCounter())
+    old.restore({MODEL: {"ratio": 1.2, "samples": 3}})  # a snapshot from before fixed parts
+    assert old.fixed(MODEL) == 0 and old.ratio(MODEL) == pytest.approx(1.2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ratio=st.floats(min_value=1.0, max_value=2.5),
+    fixed=st.integers(min_value=0, max_value=8_000),
+    sizes=st.lists(st.integers(min_value=50, max_value=120_000), min_size=1, max_size=25),
+    odd=st.sets(st.integers(min_value=0, max_value=24), max_size=4),
+)
+def test_the_latest_reading_is_always_covered_up_to_the_ratios_bound(
+    ratio: float, fixed: int, sizes: list[int], odd: set[int]
+) -> None:
+    """Whatever the truth (a ratio and a fixed part) and wherever odd readings fall (1 token,
+    or ten times the truth), after every observation the estimate of the request just
+    answered is at least the reading (up to ``max_ratio`` times the count), never below the
+    exact count, and the fixed part is never negative."""
+    counter = CalibratedCounter(ExactCounter())
+    for index, size in enumerate(sizes):
+        actual = math.ceil(size * ratio) + fixed
+        if index in odd:
+            actual = 1 if index % 2 else actual * 10
+        counter.observe(MODEL, size, actual)
+        estimate = counter.scale(size, MODEL) + counter.fixed(MODEL)
+        assert estimate >= min(actual, math.ceil(size * counter.max_ratio))
+        assert estimate >= size and counter.fixed(MODEL) >= 0

@@ -450,6 +450,11 @@ class ContextFold:
             return self.counter.ratio(model)
         return 1.0
 
+    def _fixed(self, model: str | None) -> int:
+        if isinstance(self.counter, CalibratedCounter):
+            return self.counter.fixed(model)
+        return 0
+
     def __getattr__(self, name: str) -> Any:
         # The effective settings read as attributes (``context.compact_threshold``), as on
         # the reference module's mounted object; only config keys, nothing else.
@@ -498,7 +503,10 @@ class ContextFold:
         if system_prompt is not None:
             request_raw += system_prompt.raw_change
         before_raw = self._view_raw + self._notice_cost + request_raw
-        estimate = math.ceil(before_raw * ratio)
+        # What the provider counts on every request beyond the messages (tool schemas, the
+        # orchestrator's instructions), learned from usage: part of every size, never scaled.
+        fixed = self._fixed(model)
+        estimate = math.ceil(before_raw * ratio) + fixed
         messages_before = len(self._view)
         budget = decision.effective_budget
 
@@ -525,7 +533,8 @@ class ContextFold:
         if hard_fit:
             trigger = target = usable
         measured, source = self._measure(estimate, before_raw, ratio)
-        overhead = max(0, measured - estimate)  # in actual mode: what the provider saw beyond us
+        # The fixed part, and in actual mode whatever else the provider saw beyond us.
+        overhead = fixed + max(0, measured - estimate)
         retained = self._find_reminders(required_reminders, decision)
         restore = any(
             i in self._state.truncated or history.entries[i].unit in self._state.removed_units
@@ -611,7 +620,7 @@ class ContextFold:
             if not restore:
                 delivered = self._view
                 delivered_raw = self._view_raw + self._notice_cost + request_raw
-            after_estimate = math.ceil(delivered_raw * ratio)
+            after_estimate = math.ceil(delivered_raw * ratio) + fixed
         else:
             after_estimate = estimate
 

@@ -29,6 +29,23 @@ So after every observation the ratio is at least the latest reading (clamped), a
 an earlier ratio only when several readings in a row agreed on that. The state is keyed by
 model name only; nothing refers to the conversation, so it survives ``set_messages`` and
 ``clear`` as long as the manager keeps this object.
+
+Some of what a provider counts does not grow with the conversation: the tool schemas and the
+orchestrator's own instructions ride on every request at the same size. Read as a ratio, 600
+tokens of schemas on a 150-token first request look like a 5x under-count and would shrink
+the budget for the whole session. So the counter also learns a **fixed** part per model: the
+estimate of a request is ``ceil(raw * ratio) + fixed``. A fixed part is only ever learned from
+agreement:
+
+4. When the last few readings (at least ``agreement``, sizes at least 25 % apart) disagree as
+   ratios but lie on one line ``actual = ratio * raw + fixed`` within ``tolerance``, that
+   line is adopted: its slope
+   (clamped like any ratio) and, as the fixed part, the largest amount by which a reading
+   exceeds the slope, so the line is at or above every one of them. It is adopted only when
+   it counts the largest of those requests lower than the current estimate does (a fit never
+   raises the estimate where it was learned, so an absurd reading cannot enter through it),
+   and ``fixed`` is never negative, so the estimate never goes below ``min_ratio`` times the
+   count. Rules 2 and 3 then apply to what a reading leaves after the fixed part.
 """
 
 from __future__ import annotations
@@ -76,9 +93,18 @@ class CalibrationUpdate:
     estimated: int
     actual: int
     accepted: bool
+    fixed: int = 0  # tokens every request costs beyond its messages (tool schemas, ...)
 
     def to_event(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# How many recent (raw, actual) readings a fixed part is fitted on, and how far apart in size
+# they must be for a slope to mean anything.
+FIT_READINGS = 8
+FIT_MIN_SPREAD = 1.25
+# A fitted line is adopted only when it counts the largest recent request this much lower.
+FIT_MIN_GAIN = 0.02
 
 
 @dataclass(slots=True)
@@ -86,6 +112,8 @@ class _ModelState:
     log_ratio: float
     recent: deque[float]
     samples: int = field(default=0)
+    fixed: int = 0
+    readings: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=FIT_READINGS))
 
 
 def _check_count(value: Any, what: str) -> int:
@@ -191,6 +219,15 @@ class CalibratedCounter:
             return self.prior
         return math.exp(state.log_ratio)
 
+    def fixed(self, model: str | None) -> int:
+        """Tokens the provider counts on every request of ``model`` beyond its messages (tool
+        schemas, an orchestrator's instructions), learned from agreeing readings; 0 until then.
+        ``None`` resolves as in :meth:`ratio`."""
+        state = self._states.get(model)
+        if state is None and model is None and self._last_model is not None:
+            state = self._states.get(self._last_model)
+        return state.fixed if state is not None else 0
+
     def scale(self, raw: int, model: str | None) -> int:
         """``ceil(raw * ratio(model))``: a raw request total in the provider's tokens."""
         raw = _check_count(raw, "raw")
@@ -219,15 +256,21 @@ class CalibratedCounter:
                 f"actual must be > 0 (input_tokens + cache_write_tokens from llm:response), "
                 f"got {actual}; skip responses that report no usage"
             )
-        # log(a) - log(b), not log(a / b): a / b overflows a float for absurd int readings.
-        observed = math.log(actual) - math.log(estimated)
-        observed = min(self._log_max, max(self._log_min, observed))
         state = self._states.get(model)
         if state is None:
             state = self._states[model] = _ModelState(
                 log_ratio=self._log_prior, recent=deque(maxlen=self.agreement)
             )
+        # What the messages cost once the fixed part is set aside, as a log ratio; a reading
+        # at or below the fixed part alone asks for the lowest ratio there is.
+        net = actual - state.fixed
+        # log(a) - log(b), not log(a / b): a / b overflows a float for absurd int readings.
+        observed = math.log(net) - math.log(estimated) if net > 0 else self._log_min
+        observed = min(self._log_max, max(self._log_min, observed))
         accepted = self._update(state, observed)
+        state.readings.append((estimated, actual))
+        if self._fit(state):
+            accepted = True
         self._last_model = model
         return CalibrationUpdate(
             model=model,
@@ -236,6 +279,7 @@ class CalibratedCounter:
             estimated=estimated,
             actual=actual,
             accepted=accepted,
+            fixed=state.fixed,
         )
 
     def _update(self, state: _ModelState, observed: float) -> bool:
@@ -251,6 +295,48 @@ class CalibratedCounter:
         state.log_ratio = max(recent)
         return True
 
+    def _fit(self, state: _ModelState) -> bool:
+        """Rule 4: adopt the line the recent readings agree on, if they do. True if adopted."""
+        readings = state.readings
+        # Any two readings lie on a line: agreement takes a third.
+        if len(readings) < max(self.agreement, 3):
+            return False
+        sizes = [x for x, _ in readings]
+        if max(sizes) < FIT_MIN_SPREAD * min(sizes):
+            return False  # too close together: the slope would be noise
+        # Readings that agree as plain ratios need no fixed part (rules 2 and 3 have them); a
+        # line fitted to them would trade a little slope for an intercept and under-count
+        # requests larger than any seen. With a fixed part in place they may say it shrank.
+        logs = [math.log(y) - math.log(x) for x, y in readings if y > 0]
+        agree = len(logs) == len(readings) and max(logs) - min(logs) <= self._log_tolerance
+        if agree and state.fixed == 0:
+            return False
+        count = len(readings)
+        mean_x = sum(sizes) / count
+        mean_y = sum(y for _, y in readings) / count
+        spread = sum((x - mean_x) ** 2 for x in sizes)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in readings) / spread
+        log_slope = math.log(slope) if slope > 0 else self._log_min
+        log_slope = min(self._log_max, max(self._log_min, log_slope))
+        slope = math.exp(log_slope)
+        # The line sits on the highest reading above the slope: none is left uncovered.
+        fixed = max(0, max(math.ceil(y - x * slope) for x, y in readings))
+        # Agreement: the line over-counts no reading by more than the tolerance.
+        limit = 1.0 + self.tolerance
+        if any(x * slope + fixed > y * limit + 1 for x, y in readings):
+            return False
+        # Only a line that counts clearly less than the current one for the largest recent
+        # request is worth adopting: a fit that merely restates the current line would only
+        # add rounding noise, and one that counts more is rule 2's business, not a fit's.
+        largest = max(sizes)
+        current = largest * math.exp(state.log_ratio) + state.fixed
+        if largest * slope + fixed >= current * (1.0 - FIT_MIN_GAIN):
+            return False
+        state.log_ratio, state.fixed = log_slope, fixed
+        # Later single readings are judged against the new line, not the old ratios.
+        state.recent.clear()
+        return True
+
     def ratios(self) -> dict[str, float]:
         """Learned ratios by model (``"*"`` for observations without a model name)."""
         return {
@@ -260,11 +346,13 @@ class CalibratedCounter:
         }
 
     def snapshot(self) -> dict[str, dict[str, Any]]:
-        """Ratios with their sample counts, for reports: ``{model: {ratio, samples}}``."""
+        """Ratios with their sample counts and fixed parts, for reports and durable sessions:
+        ``{model: {ratio, samples, fixed}}``."""
         return {
             UNKNOWN_MODEL_KEY if model is None else model: {
                 "ratio": math.exp(state.log_ratio),
                 "samples": state.samples,
+                "fixed": state.fixed,
             }
             for model, state in self._states.items()
             if state.samples
@@ -280,8 +368,13 @@ class CalibratedCounter:
             model = None if key == UNKNOWN_MODEL_KEY else str(key)
             log_ratio = min(self._log_max, max(self._log_min, math.log(ratio)))
             samples = samples if isinstance(samples, int) and samples > 0 else 1
+            fixed = value.get("fixed", 0)
+            fixed = fixed if isinstance(fixed, int) and not isinstance(fixed, bool) else 0
             self._states[model] = _ModelState(
-                log_ratio=log_ratio, recent=deque(maxlen=self.agreement), samples=samples
+                log_ratio=log_ratio,
+                recent=deque(maxlen=self.agreement),
+                samples=samples,
+                fixed=max(0, fixed),
             )
 
     def __repr__(self) -> str:
