@@ -76,8 +76,10 @@ from __future__ import annotations
 
 import inspect
 import re
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any
 
 SystemPromptFactory = Callable[[], Awaitable[str] | str]
@@ -113,7 +115,23 @@ SYSTEM_ROLES = frozenset({"system", "developer"})
 
 def _metadata(message: Mapping[str, Any]) -> Mapping[str, Any]:
     metadata = message.get("metadata")
-    return metadata if isinstance(metadata, Mapping) else {}
+    # A plain dict (nearly always) skips the ABC check, which costs more than the rest.
+    if type(metadata) is dict or isinstance(metadata, Mapping):
+        return metadata
+    return _NO_METADATA
+
+
+_NO_METADATA: Mapping[str, Any] = MappingProxyType({})
+
+# Metadata keys no convention here reads: metadata holding only these marks nothing (not
+# history-only, ephemeral, a hook's, a reminder, loaded-tool state, nor a source). Every
+# admitted message carries the admission stamp, so this is the usual metadata.
+INERT_METADATA_KEYS = frozenset({TIMESTAMP_KEY})
+
+
+def marks_nothing(metadata: Mapping[str, Any]) -> bool:
+    """Whether ``metadata`` (a message's, as `_metadata` reads it) sets no convention."""
+    return not metadata or metadata.keys() <= INERT_METADATA_KEYS
 
 
 # -- metadata.timestamp ---------------------------------------------------------------------
@@ -125,10 +143,26 @@ def utc_timestamp(now: datetime | None = None) -> str:
     ``2026-02-06T10:00:00.123+00:00``. An aware ``now`` is converted to UTC; a naive one is
     refused (its zone is unknowable, and a wrong replay clock is worse than an error)."""
     if now is None:
-        now = datetime.now(UTC)
-    elif now.tzinfo is None or now.utcoffset() is None:
+        return _now_text()
+    if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError("utc_timestamp needs an aware datetime (e.g. datetime.now(UTC))")
     return now.astimezone(UTC).isoformat(timespec="milliseconds")
+
+
+def _now_text() -> str:
+    """The current time as `utc_timestamp` writes it, formatted once per millisecond: a
+    replay admits thousands of messages a second, and the formatting is most of a stamp."""
+    global _last_stamp
+    millis = time.time_ns() // 1_000_000
+    last_millis, text = _last_stamp
+    if millis != last_millis:
+        moment = datetime.fromtimestamp(millis / 1000, UTC)
+        text = moment.isoformat(timespec="milliseconds")
+        _last_stamp = (millis, text)
+    return text
+
+
+_last_stamp: tuple[int, str] = (-1, "")  # the millisecond last formatted, and its text
 
 
 def stamp_timestamp(message: Any, *, now: datetime | None = None) -> Any:
@@ -144,12 +178,12 @@ def stamp_timestamp(message: Any, *, now: datetime | None = None) -> Any:
     Anything that is not a mapping with a mapping (or missing/None) ``metadata`` is
     returned unchanged, for validation to refuse with its own clear error.
     """
-    if not isinstance(message, Mapping):
+    if type(message) is not dict and not isinstance(message, Mapping):
         return message
     metadata = message.get("metadata")
     if metadata is None:
         metadata = {}
-    elif not isinstance(metadata, Mapping):
+    elif type(metadata) is not dict and not isinstance(metadata, Mapping):
         return message
     if TIMESTAMP_KEY in metadata:
         return message
@@ -293,8 +327,6 @@ def is_human_prompt(message: Mapping[str, Any]) -> bool:
       ``contextfold.messages.HUMAN_SOURCES``;
     - its text is not a ``<system-reminder>`` envelope (`is_reminder_envelope`).
     """
-    from .messages import HUMAN_SOURCES  # late: messages may come to import this module
-
     if message.get("role") != "user" or "tool_call_id" in message:
         return False
     content = message.get("content")
@@ -302,11 +334,16 @@ def is_human_prompt(message: Mapping[str, Any]) -> bool:
         isinstance(b, Mapping) and b.get("type") == "tool_result" for b in content
     ):
         return False
-    if is_reference_only(message) or is_ephemeral(message) or is_hook_injection(message):
-        return False
-    source = _metadata(message).get("source")
-    if source is not None and str(source).lower() not in HUMAN_SOURCES:
-        return False
+    if not marks_nothing(_metadata(message)):  # the admission stamp alone marks nothing
+        from .messages import HUMAN_SOURCES  # late: messages imports this module
+
+        if is_reference_only(message) or is_ephemeral(message) or is_hook_injection(message):
+            return False
+        source = _metadata(message).get("source")
+        if source is not None and str(source).lower() not in HUMAN_SOURCES:
+            return False
+    if type(content) is str:  # the usual prompt: one text, matched in place
+        return _LEADING_REMINDER_ENVELOPE.match(content) is None
     return not is_reminder_envelope(content)
 
 
@@ -412,6 +449,7 @@ def _texts(content: Any) -> list[str]:
 __all__ = [
     "HISTORY_ONLY_METADATA",
     "HOOK_SOURCE",
+    "INERT_METADATA_KEYS",
     "LOADED_TOOL_STATE_METADATA_KEYS",
     "PUBLIC_COPY_SOURCE_KEY",
     "PUBLIC_MESSAGE_KEY",

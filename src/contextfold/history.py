@@ -15,14 +15,13 @@ call it left unanswered gets a synthetic error result in the view.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .conventions import replaced_by_system_prompt, request_form
 from .ingress import IngressClip, cap_tool_result
-from .messages import Kind, MessageInfo, canonical_json, inspect_message, to_plain
+from .messages import Kind, MessageInfo, inspect_message, private_copy, to_plain
 from .repair import (
     EMPTY_MESSAGE,
     INSIDE_CALL_GROUP,
@@ -148,7 +147,7 @@ class History:
             info = inspect_message(message, index=position)
             # A private deep copy made of plain JSON types: later edits to the caller's dict
             # cannot reach history, and everything stored is known to serialise.
-            stored = json.loads(canonical_json(message, index=position))
+            stored = private_copy(message, index=position)
             capped, clips = cap_tool_result(stored, self.max_tool_result_bytes)
             # What is stored is the capped message: its classification is the one to keep
             # (a clip only shortens result text, but the record must describe the record).

@@ -159,6 +159,71 @@ def canonical_json(message: Mapping[str, Any], *, index: int | None = None) -> s
     return text
 
 
+def private_copy(message: Mapping[str, Any], *, index: int | None = None) -> dict[str, Any]:
+    """A private copy of a message made of plain JSON types: what ``json.loads`` of its
+    `canonical_json` gives, with the same refusals (see `canonical_json`).
+
+    A message already made of plain types (dicts with string keys, lists, strings, finite
+    floats, ints, bools, None) is copied directly, strings shared: the same value as the
+    round trip at a third of its cost. Anything else (a tuple, a str or int subclass, a
+    non-string key, NaN, a lone surrogate, a cycle, deep nesting) takes the round trip,
+    which converts it or raises the usual error.
+    """
+    if type(message) is dict:
+        try:
+            return _plain_copy(message)
+        except (_NotPlain, RecursionError):
+            pass
+    copied: dict[str, Any] = json.loads(canonical_json(message, index=index))
+    return copied
+
+
+class _NotPlain(Exception):
+    """A value `_plain_copy` leaves to the JSON round trip."""
+
+
+def _plain_text(text: str) -> None:
+    """Refuse (to the round trip) a string with a lone surrogate: UTF-8 cannot carry it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _NotPlain from None
+
+
+def _plain_copy(value: Any) -> Any:
+    """A copy of a dict or list of plain JSON types; raises `_NotPlain` for anything else.
+
+    Only containers are copied; every leaf is checked, since the copy must be exactly what
+    the JSON round trip would have stored, and the round trip's refusals must still happen.
+    """
+    out: Any = value.copy()
+    items = out.items() if type(value) is dict else enumerate(out)
+    for key, item in items:
+        if type(key) is str:
+            if not key.isascii():
+                _plain_text(key)
+        elif type(out) is dict:
+            raise _NotPlain  # json.dumps turns such a key into a string
+        kind = type(item)
+        if kind is str:
+            if not item.isascii():  # ASCII (nearly all) cannot hold a surrogate
+                _plain_text(item)
+        elif kind is dict or kind is list:
+            out[key] = _plain_copy(item)
+        elif kind is float:
+            if item - item != 0.0:  # inf or nan: allow_nan=False refuses them
+                raise _NotPlain
+        elif kind is int:
+            if not -_INT_LIMIT <= item <= _INT_LIMIT:  # a huge int: json has a digit limit
+                raise _NotPlain
+        elif kind is not bool and item is not None:
+            raise _NotPlain
+    return out
+
+
+_INT_LIMIT = 2**63  # beyond it, leave the int to the round trip (and its digit limit)
+
+
 def _find_surrogate(value: Any, path: str = "") -> str | None:
     """Dotted path of the first string holding a lone surrogate."""
     if isinstance(value, str):
@@ -248,7 +313,7 @@ def inspect_message(message: Any, *, index: int | None) -> MessageInfo:
     Which results answer which calls is history's business (`history`), so a result with
     no matching call is not an error here.
     """
-    if not isinstance(message, Mapping):
+    if type(message) is not dict and not isinstance(message, Mapping):
         raise _fail(
             f"expected a dict with 'role' and 'content', got {type(message).__name__}",
             "message",
@@ -272,14 +337,17 @@ def inspect_message(message: Any, *, index: int | None) -> MessageInfo:
             index,
         )
     metadata = message.get("metadata")
-    if metadata is not None and not isinstance(metadata, Mapping):
+    if metadata is not None and type(metadata) is not dict and not isinstance(metadata, Mapping):
         raise _fail(
             f"must be a dict, got {type(metadata).__name__}",
             "metadata",
             "Pass metadata as a dict or leave it out",
             index,
         )
-    metadata = metadata or {}
+    # Metadata holding only keys no convention reads (the admission stamp) marks nothing:
+    # the flag checks below are skipped for it, as for no metadata at all.
+    if conventions.marks_nothing(metadata):
+        metadata = {}
 
     blocks = _check_content(role, message.get("content"), index)
     call_ids = _collect_call_ids(role, message, blocks, index)
@@ -302,16 +370,31 @@ def inspect_message(message: Any, *, index: int | None) -> MessageInfo:
         or metadata.get("kind") == "loaded_tool_state"
         or conventions.carries_loaded_tool_state(message)
     )
-    return MessageInfo(
-        kind=_classify(role, result_ids, message),
-        call_ids=call_ids,
-        result_ids=result_ids,
-        signed_thinking=signed_thinking,
-        thinking=thinking,
-        loaded_tool_state=loaded_tool_state,
-        reminder=bool(metadata) and conventions.is_persisted_reminder(message),
-        reference_only=bool(metadata) and conventions.is_reference_only(message),
-    )
+    kind = _classify(role, result_ids, message)
+    reminder = bool(metadata) and conventions.is_persisted_reminder(message)
+    reference_only = bool(metadata) and conventions.is_reference_only(message)
+    if call_ids or result_ids:
+        return MessageInfo(
+            kind,
+            call_ids,
+            result_ids,
+            signed_thinking,
+            thinking,
+            loaded_tool_state,
+            reminder,
+            reference_only,
+        )
+    # Without ids a classification is its kind and flags alone: most messages share one of
+    # a few immutable infos (building a frozen dataclass costs a third of an inspection).
+    key = (kind, signed_thinking, thinking, loaded_tool_state, reminder, reference_only)
+    info = _WITHOUT_IDS.get(key)
+    if info is None:
+        info = _WITHOUT_IDS[key] = MessageInfo(kind, (), (), *key[1:])
+    return info
+
+
+# The shared infos of messages that make and answer no calls: at most 5 kinds x 32 flag sets.
+_WITHOUT_IDS: dict[tuple[Any, ...], MessageInfo] = {}
 
 
 THINKING_TYPES = ("thinking", "redacted_thinking")

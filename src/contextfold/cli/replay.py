@@ -129,6 +129,14 @@ class ReplayModel:
             )
         self.context_window = context_window
         self.max_output_tokens = max_output_tokens
+        # Built once: the context asks on every request, and validating a Pydantic model
+        # each time is a replay's largest per-request cost after the context's own.
+        self._model_info = ModelInfo(
+            id="replay",
+            display_name="contextfold replay",
+            context_window=context_window,
+            max_output_tokens=max_output_tokens,
+        )
 
     @property
     def name(self) -> str:
@@ -145,12 +153,7 @@ class ReplayModel:
         )
 
     def get_model_info(self) -> ModelInfo:
-        return ModelInfo(
-            id="replay",
-            display_name="contextfold replay",
-            context_window=self.context_window,
-            max_output_tokens=self.max_output_tokens,
-        )
+        return self._model_info
 
 
 def replay_messages(

@@ -21,6 +21,10 @@ from contextfold.tokens.serialize import message_parts
 
 __all__ = ["ExactCounter"]
 
+# Role names remembered per counter (a message's role is one of six once admitted; the
+# bound only keeps odd input from growing the table).
+_MAX_ROLES = 32
+
 
 class ExactCounter:
     """Counts with the model's own BPE vocabulary (``o200k_base`` or ``cl100k_base``).
@@ -33,7 +37,7 @@ class ExactCounter:
     counter is built, so a broken install fails here and not in the middle of a request.
     """
 
-    __slots__ = ("_encode", "_tools_overhead", "encoding")
+    __slots__ = ("_encode", "_encode_valid", "_role_tokens", "_tools_overhead", "encoding")
 
     def __init__(self, encoding: str = "o200k_base") -> None:
         if not isinstance(encoding, str):
@@ -44,7 +48,13 @@ class ExactCounter:
                 f"{', '.join(SUPPORTED_ENCODINGS)}"
             )
         self.encoding = encoding
-        self._encode = load_encoding(encoding).encode_ordinary
+        loaded = load_encoding(encoding)
+        self._encode = loaded.encode_ordinary
+        # The Rust encoder itself, for text that is valid Unicode (nearly all): tiktoken's
+        # wrapper only adds a retry for lone surrogates, which `_count_text` keeps.
+        self._encode_valid = loaded._core_bpe.encode_ordinary
+        # Tokens of each role name: a handful of roles, counted on every message.
+        self._role_tokens: dict[str, int] = {}
         self._tools_overhead = GPT4O_TOOLS if encoding == "o200k_base" else GPT4_TOOLS
 
     @property
@@ -74,14 +84,24 @@ class ExactCounter:
 
     def count_message(self, message: Mapping[str, Any]) -> int:
         parts = message_parts(message)
-        encode = self._encode
+        encode = self._encode_valid
         tokens = TOKENS_PER_MESSAGE + TOKENS_PER_TOOL_CALL * parts.tool_calls
-        if parts.role:
-            tokens += len(encode(parts.role))
+        role = parts.role
+        if role:
+            role_tokens = self._role_tokens.get(role)
+            if role_tokens is None:
+                role_tokens = len(self._encode(role))
+                if len(self._role_tokens) < _MAX_ROLES:
+                    self._role_tokens[role] = role_tokens
+            tokens += role_tokens
         if parts.name is not None:
-            tokens += TOKENS_PER_NAME + len(encode(parts.name))
-        for text in parts.texts:
-            tokens += len(encode(text))
+            tokens += TOKENS_PER_NAME + len(self._encode(parts.name))
+        base = tokens
+        try:
+            for text in parts.texts:
+                tokens += len(encode(text))
+        except UnicodeEncodeError:  # a lone surrogate: tiktoken's wrapper retries it
+            tokens = base + sum(len(self._encode(text)) for text in parts.texts)
         for item in parts.media:
             if item.kind == "image":
                 tokens += openai_image_tokens(item.width, item.height, item.detail)

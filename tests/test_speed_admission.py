@@ -1,0 +1,106 @@
+"""Admission's fast paths (issue 8 part 3) give exactly what the slow ones gave.
+
+`private_copy` skips the JSON round trip for plain messages: it must store the same value,
+share no container with the caller's message, and refuse what the round trip refuses with
+the same error.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from contextfold.conventions import utc_timestamp
+from contextfold.errors import MessageValidationError
+from contextfold.messages import canonical_json, private_copy
+
+# Leaves the round trip treats specially next to plain ones: non-finite floats, lone
+# surrogates, huge ints, bools, tuples (become lists) and non-string keys (become strings).
+LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=8),
+    st.sampled_from(["\ud800", "é\udfff", "ok"]),
+)
+KEYS = st.one_of(st.text(max_size=5), st.sampled_from(["\udc80", "k"]), st.integers(0, 3))
+VALUES = st.recursive(
+    LEAVES,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.lists(inner, max_size=3).map(tuple),
+        st.dictionaries(KEYS, inner, max_size=4),
+    ),
+    max_leaves=12,
+)
+
+
+def round_trip(message: dict[str, Any]) -> Any:
+    return json.loads(canonical_json(message, index=3))
+
+
+def containers(value: Any) -> list[int]:
+    if isinstance(value, dict):
+        return [id(value), *(i for item in value.values() for i in containers(item))]
+    if isinstance(value, list):
+        return [id(value), *(i for item in value for i in containers(item))]
+    return []
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(KEYS, VALUES, max_size=5))
+def test_private_copy_is_the_round_trip(message: dict[Any, Any]) -> None:
+    try:
+        expected = round_trip(message)
+    except MessageValidationError as error:
+        with pytest.raises(MessageValidationError) as raised:
+            private_copy(message, index=3)
+        assert str(raised.value) == str(error)
+        assert (raised.value.field, raised.value.index) == (error.field, error.index)
+        return
+    copied = private_copy(message, index=3)
+    assert copied == expected
+    assert json.dumps(copied) == json.dumps(expected)  # same types too (1 vs 1.0 vs True)
+    assert set(containers(copied)).isdisjoint(containers(message))
+
+
+def test_nested_containers_of_a_plain_message_are_copied() -> None:
+    message = {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "hi"}],
+        "tool_calls": [{"id": "c1", "tool": "read", "arguments": {"path": ["a", {"b": 1}]}}],
+        "metadata": {"timestamp": "2026-01-01T00:00:00.000+00:00"},
+    }
+    copied = private_copy(message)
+    assert copied == message
+    assert set(containers(copied)).isdisjoint(containers(message))
+    copied["tool_calls"][0]["arguments"]["path"][1]["b"] = 2
+    assert message["tool_calls"][0]["arguments"]["path"][1]["b"] == 1
+
+
+def test_deep_and_cyclic_messages_are_refused_as_before() -> None:
+    deep: dict[str, Any] = {"role": "user", "content": "x"}
+    node = deep
+    for _ in range(5000):
+        node["n"] = {}
+        node = node["n"]
+    with pytest.raises(MessageValidationError, match="nested too deeply"):
+        private_copy(deep)
+    cyclic: dict[str, Any] = {"role": "user", "content": "x", "metadata": {}}
+    cyclic["metadata"]["self"] = cyclic
+    # Whatever the round trip raises for a cycle, the copy raises too.
+    with pytest.raises(Exception) as expected:
+        canonical_json(cyclic, index=1)
+    with pytest.raises(expected.type):
+        private_copy(cyclic, index=1)
+
+
+def test_stamps_are_the_reference_format_and_advance() -> None:
+    first = utc_timestamp()
+    assert len(first) == len("2026-02-06T10:00:00.123+00:00") and first.endswith("+00:00")
+    assert utc_timestamp() >= first
