@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from contextfold import ContextFold
 from contextfold.cli.replay import ReplayModel, _PrefixTracker, replay_messages_async
 from contextfold.views import detached
@@ -86,3 +88,16 @@ async def test_replay_views_are_the_shared_ones_and_history_is_untouched() -> No
         await ctx.add_message(dict(message))
     public.append(len(await ctx.get_messages_for_request(provider=model)))
     assert [row.messages_after for row in result.rows] == public
+
+
+async def test_costs_read_from_admission_equal_costs_counted_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The prefix figures take a new message's cost from its admission; counting every
+    message again instead gives the same rows."""
+    messages = agent_run(16, result_chars=900)
+    fast = await replay_messages_async(messages, {}, 8_000)
+    monkeypatch.setattr(ContextFold, "_newest_view_cost", lambda self: (None, 0))
+    counted = await replay_messages_async(messages, {}, 8_000)
+    assert fast.to_dict() == counted.to_dict()
+    assert any(row.prefix_tokens for row in fast.rows)

@@ -228,7 +228,8 @@ class ContextFold:
         # new dict when stamped, so the caller's is never touched.
         message = stamp_timestamp(message)
         async with self._lock:
-            await self._loaded()
+            if self._link is not None:  # only a durable session has anything to load
+                await self._loaded()
             admission = self._history.prepare(message)
             if self._link is not None:
                 # Durable before it is acknowledged; a lost race raises, history unchanged.
@@ -241,7 +242,15 @@ class ContextFold:
                 self._view.append(entry.view)
             self._view_raw += appended.delta
             self._index_reminder(len(self._history) - 1, entry.info.reminder, entry.message)
-        await self._emit_admission(admission.clips, appended.repairs)
+        if admission.clips or appended.repairs:  # nearly every admission has nothing to report
+            await self._emit_admission(admission.clips, appended.repairs)
+
+    def _newest_view_cost(self) -> tuple[dict[str, Any] | None, int]:
+        """Internal (``contextfold replay``): the newest message's view form (what a view
+        carries for it; None if nothing) and its raw cost, as counted on admission, so a
+        caller that counts the views it gets need not count that message again."""
+        entry = self._history.entries[-1]
+        return entry.view, entry.cost
 
     async def get_messages_for_request(
         self,

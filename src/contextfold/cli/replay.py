@@ -211,7 +211,8 @@ async def replay_messages_async(
     settings = config.to_dict() if isinstance(config, ContextConfig) else dict(config or {})
     model = ReplayModel(window, max_output_tokens) if window is not None else None
     context = ContextFold(config if isinstance(config, ContextConfig) else settings)
-    prefix = _PrefixTracker(context.counter.count_message)
+    admitted = _AdmittedCosts(context)
+    prefix = _PrefixTracker(admitted.count)
     rows: list[ReplayRow] = []
     # What an unmanaged request would cost, grown by what each admission added to the view.
     history = _HistorySize()
@@ -223,6 +224,7 @@ async def replay_messages_async(
         assert report is not None  # every delivered view sets it
         history_tokens = history.update(report)
         shared, prefix_tokens = prefix.advance(view)
+        admitted.clear()  # what this view did not carry is counted if a later one does
         view_tokens = max(report.tokens_after, 1)
         row = ReplayRow(
             request=len(rows) + 1,
@@ -251,6 +253,7 @@ async def replay_messages_async(
             await request(index)
         try:
             await context.add_message(dict(message))
+            admitted.note()
         except MessageValidationError as error:
             place = places[index] if places is not None else f"message {index}"
             raise ReplayError(
@@ -295,6 +298,38 @@ class _HistorySize:
         self.tokens += grown
         self._delivered = report.tokens_after
         return self.tokens
+
+
+class _AdmittedCosts:
+    """The costs of the messages admitted since the last request, as the context counted
+    them on admission: a view's new messages are nearly always these very objects, so the
+    prefix measurement reads their cost instead of counting each message a second time.
+
+    Keyed by identity, holding each message (so an id cannot be reused while it is here),
+    and cleared after every request: it never holds more than one request's new messages.
+    """
+
+    def __init__(self, context: ContextFold) -> None:
+        self._context = context
+        self._count = context.counter.count_message
+        self._known: dict[int, tuple[Mapping[str, Any], int]] = {}
+
+    def note(self) -> None:
+        """Remember the message just admitted (its view form and cost)."""
+        view, cost = self._context._newest_view_cost()
+        if view is not None:
+            self._known[id(view)] = (view, cost)
+
+    def count(self, message: Mapping[str, Any]) -> int:
+        """The message's raw tokens: as counted on admission if it is one of those messages,
+        else counted now (a message compaction made, a view-only result)."""
+        known = self._known.get(id(message))
+        if known is not None and known[0] is message:
+            return known[1]
+        return self._count(message)
+
+    def clear(self) -> None:
+        self._known.clear()
 
 
 class _PrefixTracker:
