@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from contextfold.conventions import utc_timestamp
 from contextfold.errors import MessageValidationError
 from contextfold.messages import canonical_json, private_copy
+from contextfold.views import detached
 
 # Leaves the round trip treats specially next to plain ones: non-finite floats, lone
 # surrogates, huge ints, bools, tuples (become lists) and non-string keys (become strings).
@@ -104,3 +105,21 @@ def test_stamps_are_the_reference_format_and_advance() -> None:
     first = utc_timestamp()
     assert len(first) == len("2026-02-06T10:00:00.123+00:00") and first.endswith("+00:00")
     assert utc_timestamp() >= first
+
+
+def test_detached_copies_every_nested_container_and_shares_leaves() -> None:
+    text = "x" * 50
+    message = {
+        "role": "assistant",
+        "content": [{"type": "text", "text": text}, [1, [2, {"deep": [3]}]]],
+        "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{}"}}],
+        "metadata": {"timestamp": "t", "tags": ["a"]},
+        "count": 3,
+    }
+    copied = detached(message)
+    assert copied == message
+    assert set(containers(copied)).isdisjoint(containers(message))
+    assert copied["content"][0]["text"] is text  # strings are immutable: shared, not copied
+    flat = {"role": "user", "content": "hi", "n": 1.5, "ok": True, "none": None}
+    flat_copy = detached(flat)
+    assert flat_copy == flat and flat_copy is not flat

@@ -190,35 +190,55 @@ def _plain_text(text: str) -> None:
         raise _NotPlain from None
 
 
-def _plain_copy(value: Any) -> Any:
-    """A copy of a dict or list of plain JSON types; raises `_NotPlain` for anything else.
+def _plain_copy(value: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a dict of plain JSON types; raises `_NotPlain` for anything else.
 
     Only containers are copied; every leaf is checked, since the copy must be exactly what
     the JSON round trip would have stored, and the round trip's refusals must still happen.
     """
-    out: Any = value.copy()
-    items = out.items() if type(value) is dict else enumerate(out)
-    for key, item in items:
-        if type(key) is str:
-            if not key.isascii():
-                _plain_text(key)
-        elif type(out) is dict:
-            raise _NotPlain  # json.dumps turns such a key into a string
+    out = value.copy()
+    for key, item in out.items():
+        if type(key) is not str:
+            raise _NotPlain  # json.dumps would turn it into a string
+        if not key.isascii():
+            _plain_text(key)
         kind = type(item)
         if kind is str:
             if not item.isascii():  # ASCII (nearly all) cannot hold a surrogate
                 _plain_text(item)
-        elif kind is dict or kind is list:
+        elif kind is dict:
             out[key] = _plain_copy(item)
-        elif kind is float:
-            if item - item != 0.0:  # inf or nan: allow_nan=False refuses them
-                raise _NotPlain
-        elif kind is int:
-            if not -_INT_LIMIT <= item <= _INT_LIMIT:  # a huge int: json has a digit limit
-                raise _NotPlain
-        elif kind is not bool and item is not None:
+        elif kind is list:
+            out[key] = _plain_list(item)
+        elif not _plain_scalar(kind, item):
             raise _NotPlain
     return out
+
+
+def _plain_list(value: list[Any]) -> list[Any]:
+    """`_plain_copy` for a list."""
+    out = value.copy()
+    for index, item in enumerate(out):
+        kind = type(item)
+        if kind is str:
+            if not item.isascii():
+                _plain_text(item)
+        elif kind is dict:
+            out[index] = _plain_copy(item)
+        elif kind is list:
+            out[index] = _plain_list(item)
+        elif not _plain_scalar(kind, item):
+            raise _NotPlain
+    return out
+
+
+def _plain_scalar(kind: type, item: Any) -> bool:
+    """Whether a non-string leaf is stored by the round trip as it is."""
+    if kind is int:
+        return -_INT_LIMIT <= item <= _INT_LIMIT  # a huge int: json has a digit limit
+    if kind is float:
+        return item - item == 0.0  # not inf or nan, which allow_nan=False refuses
+    return kind is bool or item is None
 
 
 _INT_LIMIT = 2**63  # beyond it, leave the int to the round trip (and its digit limit)
