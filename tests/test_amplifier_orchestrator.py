@@ -538,6 +538,43 @@ async def test_overflow_triggers_one_forced_refit_and_the_retry_succeeds() -> No
     assert all(m["content"].startswith("# Topic") for m in history if m["role"] == "tool")
 
 
+class SilentUsageProvider(ScriptedProvider):
+    """The scripted provider with no usage on ``llm:response`` (some providers report none):
+    the context learns how far it under-counts only from an overflow's measured size."""
+
+    async def _emit(self, event: str, data: dict[str, Any]) -> None:
+        if event == "llm:response":
+            data = {key: value for key, value in data.items() if key != "usage"}
+        await super()._emit(event, data)
+
+
+@pytest.mark.parametrize(("usage_ratio", "source"), [(2.0, "error_learned"), (5.0, "error_scaled")])
+async def test_a_calibrating_context_learns_the_overflow_and_the_session_goes_on(
+    usage_ratio: float, source: str
+) -> None:
+    """The default (calibrating) context learns the refused request's measured size as a
+    reading. At 2x its estimate now covers it, so the refit uses the provider's limit as it
+    stands; at 5x calibration's 3x bound leaves it short, so the limit is scaled by what is
+    still uncovered. Either way the task finishes and no later request overflows."""
+    provider_config = {**OVERFLOW_PROVIDER, "usage_ratio": usage_ratio}
+    plan = mount_plan({"steps": 14}, provider=provider_config, result_chars=3_000)
+    async with open_session(plan) as (session, recorder):
+        silent = SilentUsageProvider(provider_config | {"script": {"steps": 14}})
+        await swap_provider(session, silent)
+        assert await session.execute("Go.") == "Done."
+        context = session.coordinator.get("context")
+        history = await context.get_messages()
+    rejected = [r for r in silent.records if r.rejected]
+    assert len(rejected) == 1  # the lesson is learned once
+    (refit,) = recorder.of(EVENT_OVERFLOW_RETRY)
+    assert refit["budget_source"] == source and refit["refit"] == 1
+    if source == "error_learned":
+        assert refit["budget"] == 14_000
+    assert context.counter.ratio(None) >= min(usage_ratio, 3.0) * 0.99
+    assert len(history) == 1 + 2 * 14 + 1
+    assert_tool_groups_intact(history)
+
+
 async def test_a_second_overflow_propagates() -> None:
     # With compaction disabled the refit cannot shrink the view, so the retry overflows too.
     plan = mount_plan(

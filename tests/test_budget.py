@@ -169,3 +169,75 @@ async def test_the_refit_cap_yields_when_the_required_core_cannot_fit_under_it()
     await ctx.add_message(human("short"))
     await ctx.get_messages_for_request(provider=provider)
     assert ctx.last_report.budget == 2_000
+
+
+SMALL = ModelInfo(id="m-small", display_name="S", context_window=8_000, max_output_tokens=1_000)
+
+
+async def test_a_core_over_the_margin_but_under_the_input_limit_goes_out_at_the_limit(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Degrade before refusing: the safety margin is for the estimate's error. A last human
+    prompt that fits the provider's input limit (8,000 - 1,000) but not the budget with its
+    margin (8,000 - 500 - 4,096) is sent, fitted to the limit, with one warning and the
+    waiver on the budget event; a smaller one goes back under the margin."""
+    events: list = []
+    ctx = ContextFold(token_counter="exact", on_event=lambda e, d: events.append((e, d)))
+    provider = Provider(SMALL)
+    await ctx.set_messages([SYSTEM, human("go")])
+    await ctx.get_messages_for_request(provider=provider)
+    assert ctx.last_report.budget == 8_000 - 500 - 4_096
+    prompt = human("word " * 5_000)  # about 5,000 tokens: over 3,404, under 7,000
+    await ctx.add_message({"role": "assistant", "content": "ok"})
+    await ctx.add_message(prompt)
+    with caplog.at_level("WARNING", logger="contextfold.manager"):
+        view = await ctx.get_messages_for_request(provider=provider)
+        await ctx.get_messages_for_request(provider=provider)
+    assert view[-1]["content"] == prompt["content"]
+    assert ctx.last_report.budget == 7_000 and ctx.last_report.tokens_after <= 7_000
+    budget = [d for e, d in events if e == "context:budget"][-1]
+    assert budget["margin_waived"] is True and budget["effective_budget"] == 7_000
+    assert caplog.text.count("safety margin") == 1  # once, not on every request
+    # Under the margin again: the margin holds again.
+    await ctx.add_message({"role": "assistant", "content": "done"})
+    await ctx.add_message(human("short"))
+    await ctx.get_messages_for_request(provider=provider)
+    assert ctx.last_report.budget == 8_000 - 500 - 4_096
+    assert [d for e, d in events if e == "context:budget"][-1]["margin_waived"] is False
+
+
+async def test_the_input_limit_is_the_last_resort_not_a_way_around_a_cap_or_the_limit() -> None:
+    provider = Provider(SMALL)
+    prompt = human("word " * 5_000)
+    # max_tokens is the user's cap: waiving the margin never goes above it.
+    capped = ContextFold(token_counter="exact", max_tokens=4_000)
+    await capped.set_messages([SYSTEM, prompt])
+    with pytest.raises(Exception, match="cannot go without"):
+        await capped.get_messages_for_request(provider=provider)
+    # An explicit budget is the caller's word: no waiver.
+    explicit = ContextFold(token_counter="exact")
+    await explicit.set_messages([SYSTEM, prompt])
+    with pytest.raises(Exception, match="effective budget is 3,000"):
+        await explicit.get_messages_for_request(token_budget=3_000, provider=provider)
+    # Over the provider's input limit itself: refused, history untouched.
+    huge = ContextFold(token_counter="exact")
+    await huge.set_messages([SYSTEM, human("word " * 9_000)])
+    before = await huge.get_messages()
+    with pytest.raises(Exception, match="effective budget is 7,000"):
+        await huge.get_messages_for_request(provider=provider)
+    assert await huge.get_messages() == before
+
+
+async def test_the_input_limit_decision_keeps_every_bound() -> None:
+    cfg = ContextConfig()
+    d = await derive_budget(cfg, provider=Provider(SMALL))
+    edge = d.at_input_limit()
+    assert edge.effective_budget == 7_000 and edge.margin_waived and not d.margin_waived
+    assert edge.at_input_limit().effective_budget == 7_000
+    explicit = await derive_budget(cfg, token_budget=3_000, provider=Provider(SMALL))
+    assert explicit.at_input_limit() is explicit
+    fallback = await derive_budget(cfg)
+    assert fallback.at_input_limit() is fallback
+    assert d.with_refit_cap(5_000).at_input_limit().effective_budget == 5_000
+    small_cap = await derive_budget(ContextConfig(max_tokens=2_000), provider=Provider(SMALL))
+    assert small_cap.at_input_limit() is small_cap  # the cap is below the margin's budget

@@ -275,7 +275,7 @@ def test_summarize_column_prints_its_rungs_summaries_cache_and_totals(
 @pytest.mark.parametrize(
     ("argv", "fragment"),
     [
-        (["--window", "5000"], "--window 5000 is too small"),
+        (["--window", "1400"], "--window 1400 is too small"),
         (["--result-chars", "50"], "--result-chars must be at least"),
     ],
 )
@@ -305,12 +305,12 @@ def test_malformed_numbers_are_usage_errors(argv: list[str]) -> None:
 
 def test_a_window_too_small_for_the_task_exits_1(tmp_path: Path) -> None:
     status, out, err = run_main(
-        "demo", "--steps", "3", "--window", "6000", "--out", str(tmp_path), "--quiet"
+        "demo", "--steps", "3", "--window", "1600", "--out", str(tmp_path), "--quiet"
     )
     assert status == EXIT_DOES_NOT_FIT
     line = err.strip()
     assert "\n" not in line and "Traceback" not in line
-    assert "cannot fit a 6,000-token window" in line
+    assert "cannot fit a 1,600-token window" in line
     assert out == ""
 
 

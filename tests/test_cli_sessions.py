@@ -98,7 +98,7 @@ def test_demo_with_tools_compares_the_message_budget_with_the_measured_request(
 ) -> None:
     out = tmp_path / "tools"
     status = main(
-        ["demo", "--tools", "52", "--quiet", "--no-chart", "--out", str(out)]
+        ["demo", "--tools", "58", "--quiet", "--no-chart", "--out", str(out)]
     )  # fmt: skip
     assert status == 0
     printed = capsys.readouterr().out

@@ -373,9 +373,18 @@ def test_a_line_the_readings_do_not_agree_on_is_not_adopted() -> None:
     assert counter.scale(1_390, MODEL) >= 1_390
 
 
-def test_a_fit_never_raises_the_estimate_where_it_was_learned() -> None:
-    # Absurd but consistent readings cannot enter through the fixed part: the ratio's bound
-    # still holds at the size of the largest recent request.
+def test_schemas_that_dwarf_the_messages_raise_the_estimate_past_the_ratios_bound() -> None:
+    # 58 tools' schemas (14,180 tokens) on a conversation of a few hundred tokens: as a ratio
+    # that is 20x and more, pinned at 3x, so every request was under-counted by thousands.
+    counter = CalibratedCounter(ExactCounter())
+    schema_readings(counter, 14_180, [67, 712, 1_286])
+    assert counter.fixed(MODEL) == 14_180 and counter.ratio(MODEL) == pytest.approx(1.0)
+    assert counter.scale(800, MODEL) + counter.fixed(MODEL) == 14_980
+
+
+def test_a_misread_usage_on_a_line_never_becomes_a_fixed_part() -> None:
+    # Absurd but consistent readings: no model's window is that large, so no line is learned
+    # and the ratio's bound still holds.
     counter = CalibratedCounter(ExactCounter())
     for size in (1_000, 2_000, 4_000, 8_000):
         counter.observe(MODEL, size, 10**12 + size)

@@ -40,6 +40,9 @@ class BudgetDecision:
     # Set after a provider overflow: the budget of the forced refit (``hard_fit``) that
     # followed, kept as a cap on later requests so the same overflow does not repeat.
     refit_cap: int | None = None
+    # True when the content a request cannot go without did not fit the budget with its
+    # safety margin, and the request was fitted to the provider's own input limit instead.
+    margin_waived: bool = False
 
     def with_refit_cap(self, cap: int | None) -> BudgetDecision:
         """This decision under the cap a provider overflow taught (explicit budgets excepted)."""
@@ -51,6 +54,24 @@ class BudgetDecision:
             capped=self.capped or cap < self.effective_budget,
             effective_budget=min(self.effective_budget, cap),
         )
+
+    def at_input_limit(self) -> BudgetDecision:
+        """This decision without the safety margin: the provider's own input limit (its window
+        less the whole output reserve), still under ``max_tokens``. The last resort before a
+        session ends because its required core does not fit: the margin is there for the
+        estimate's error, and refusing a request the provider may well accept helps no one
+        (if it does not, the loop's refit learns by how much). Itself when there is no
+        window to go by, the budget was explicit, or it would not be larger."""
+        if self.source == "explicit" or self.context_window is None:
+            return self
+        limit = self.context_window - (self.max_output_tokens or 0)
+        if self.max_tokens is not None:
+            limit = min(limit, self.max_tokens)
+        if self.refit_cap is not None:
+            limit = min(limit, self.refit_cap)
+        if limit <= self.effective_budget:
+            return self
+        return replace(self, effective_budget=limit, margin_waived=True)
 
     def to_event(self) -> dict[str, Any]:
         """The contract's ``context:budget`` payload (the model rides along as extra)."""

@@ -181,6 +181,7 @@ class ContextFold:
         self._model: str | None = self.config.token_model
         self._last_budget: BudgetDecision | None = None
         self._refit_cap: int | None = None
+        self._margin_waived = False  # the last request was fitted to the input limit
         self._system_prompt_factory: SystemPromptFactory | None = None
         self._system_prompt_cost: tuple[str, int] | None = None  # last text and its raw cost
         self._link_loaded = False
@@ -299,22 +300,37 @@ class ContextFold:
                 # The provider refused a request we believed fit: what it allows is below our
                 # estimate of the window. Keep the refit budget as a cap on later requests.
                 self._refit_cap = min(token_budget, self._refit_cap or token_budget)
-            await self._loaded()
+            if self._link is not None:  # only a durable session has anything to load
+                await self._loaded()
             capped = decision.with_refit_cap(self._refit_cap)
             prompt_view = self._system_prompt_view(system_prompt)
-            try:
-                view, events = await self._plan_request(
-                    capped, hard_fit, required_reminders, prompt_view, share=share
+            # Degrade before refusing. The cap is a lesson from one overflow, not a limit the
+            # provider stated, and the safety margin is for the estimate's error: when the
+            # required core cannot fit under them, try the budget itself, then the
+            # provider's own input limit, before ending the session (the provider refuses
+            # what it must, and the loop refits).
+            fallbacks = [capped]
+            for looser in (decision, decision.at_input_limit()):
+                if looser.effective_budget > fallbacks[-1].effective_budget:
+                    fallbacks.append(looser)
+            for attempt, candidate in enumerate(fallbacks, start=1):
+                try:
+                    view, events = await self._plan_request(
+                        candidate, hard_fit, required_reminders, prompt_view, share=share
+                    )
+                    break
+                except ContextLengthError:
+                    if attempt == len(fallbacks):
+                        raise
+            if candidate.margin_waived and not self._margin_waived:
+                logger.warning(
+                    "context-fold: the content this request cannot go without does not fit the "
+                    "budget with its %d-token safety margin; fitting requests to the "
+                    "provider's input limit (%d tokens) instead",
+                    self.config.safety_margin,
+                    candidate.effective_budget,
                 )
-            except ContextLengthError:
-                if capped is decision:
-                    raise
-                # The cap is a lesson from one overflow, not a limit the provider stated: when
-                # the required core cannot fit under it, try the budget itself before ending
-                # the session (the provider refuses what it must, and the loop refits).
-                view, events = await self._plan_request(
-                    decision, hard_fit, required_reminders, prompt_view, share=share
-                )
+            self._margin_waived = candidate.margin_waived
             if self._link is not None:
                 await self._persist()
         for event, data in events:
@@ -1015,6 +1031,16 @@ class ContextFold:
         """Where summary records are kept (None without a summarize rung): give the same
         store to a resumed context or another worker and they reuse its summaries."""
         return self._folder.store if self._folder is not None else None
+
+    @property
+    def last_view_estimate(self) -> int | None:
+        """The size of the last view handed out, as the context estimates it now: after
+        a usage reading (or an overflow's measured size) has taught the counter, whether its
+        estimate covers what the provider measured. None before the first view."""
+        raw = self._last_delivered_raw
+        if raw is None:
+            return None
+        return math.ceil(raw * self._ratio(self._model)) + self._fixed(self._model)
 
     @property
     def repairs(self) -> list[Repair]:

@@ -20,7 +20,11 @@ What it honours, and why it is shaped the way it is:
   re-raised.
 * Context overflow: with ``overflow: "refit"`` (the default), when the provider refuses the
   request as too long (``ContextLengthError``), the loop asks the context for a forced refit to
-  a budget taken from the error and retries once; a second overflow propagates. With
+  a budget taken from the error and retries. A calibrating context (context-fold's default
+  counter) is first given the refused request's measured size as a usage reading, and the
+  refit uses the provider's limit as it stands (``error_learned``); further overflows are
+  refit again while each retry is measured smaller than the last, up to three refits.
+  Otherwise a second overflow propagates. With
   ``"raise"`` it behaves like Amplifier's ``loop-basic``: ``provider:error`` is emitted and the
   error ends the session, so whatever the context delivers at the budget is final.
   The refit budget uses what the provider said: when its error carries the size it measured
@@ -50,6 +54,8 @@ from amplifier_core.llm_errors import ContextLengthError, LLMError
 from amplifier_core.message_models import ChatRequest, ChatResponse, Message, ToolCall, ToolSpec
 from amplifier_core.models import HookResult, ToolResult
 
+from contextfold.tokens import CalibratedCounter
+
 logger = logging.getLogger(__name__)
 
 MODULE_ID = "loop-fold"
@@ -67,6 +73,9 @@ FIT_OUTPUT_RECOUNTS = 6
 # sent), the refit budget is scaled by that ratio; this slack covers the ratio itself being
 # measured on a single request.
 _REFIT_SLACK = 0.95
+# Refits after overflows in a row, each retry measured smaller than the last (a calibrating
+# context may need a few readings to settle); an overflow without progress propagates.
+MAX_OVERFLOW_REFITS = 3
 _BUDGET_ATTRIBUTES = ("limit", "max_tokens", "token_limit", "max_input_tokens")
 _BUDGET_PATTERNS = (
     re.compile(r"\blimit(?:\s+of|\s+is|:)?\s*(\d[\d,]*)", re.IGNORECASE),
@@ -304,9 +313,27 @@ class _Turn:
         except ContextLengthError as error:
             if self.config.overflow == "raise":
                 raise  # provider:error is already out; like loop-basic, the session ends here
-            budget, source = self._refit_budget(error)
+            return await self._refit_after_overflow(error, extra)
+
+    async def _refit_after_overflow(
+        self, error: ContextLengthError, extra: list[_Injection]
+    ) -> ChatResponse:
+        """Refit the view to what the provider's error said and retry.
+
+        A context that calibrates learns the refused request's measured size as a reading
+        (that is what it is), so the refit can use the provider's own limit: the context now
+        estimates that view at least as large as the provider measured it. Calibration may
+        take a few readings to settle (the ratio's bound, a fixed part that needs three
+        readings), so further overflows are refit again while each retry is measured smaller
+        than the one before, at most ``MAX_OVERFLOW_REFITS`` times; an overflow that makes no
+        progress propagates.
+        """
+        previous: int | None = None
+        for refit in range(1, MAX_OVERFLOW_REFITS + 1):
+            learned = await self._learn_from_overflow(error)
+            budget, source = self._refit_budget(error, learned=learned)
             if budget is None:
-                raise
+                raise error
             hard_fit = bool(getattr(self.context, "supports_hard_fit", False))
             await self._emit(
                 EVENT_OVERFLOW_RETRY,
@@ -315,18 +342,41 @@ class _Turn:
                     "budget": budget,
                     "budget_source": source,
                     "hard_fit": hard_fit,
+                    "refit": refit,
                     "error": str(error),
                 },
             )
-            if hard_fit:
-                messages = await self.context.get_messages_for_request(
-                    token_budget=budget, provider=self.provider, hard_fit=True
-                )
-            else:
-                messages = await self.context.get_messages_for_request(
-                    token_budget=budget, provider=self.provider
-                )
-            return await self._complete(messages, extra)  # a second overflow propagates
+            fit = {"hard_fit": True} if hard_fit else {}
+            messages = await self.context.get_messages_for_request(
+                token_budget=budget, provider=self.provider, **fit
+            )
+            try:
+                return await self._complete(messages, extra)
+            except ContextLengthError as again:
+                measured = getattr(again, "requested", None)
+                before = getattr(error, "requested", None) if previous is None else previous
+                progress = _positive(measured) and _positive(before) and measured < before
+                if not learned or not progress or refit == MAX_OVERFLOW_REFITS:
+                    raise
+                previous, error = measured, again
+        raise error  # unreachable: the loop returns or raises
+
+    async def _learn_from_overflow(self, error: ContextLengthError) -> bool:
+        """Hand a calibrating context the refused request's measured size as a usage reading;
+        True when the context learns from readings (its estimate now covers that request)."""
+        requested = getattr(error, "requested", None)
+        learn = getattr(self.context, "on_llm_response", None)
+        counter = getattr(self.context, "counter", None)
+        if not _positive(requested) or not callable(learn):
+            return False
+        if not isinstance(counter, CalibratedCounter):
+            return False
+        try:
+            await learn({"usage": {"input_tokens": requested}})
+        except Exception:
+            logger.warning("loop-fold: the context could not learn from an overflow", exc_info=True)
+            return False
+        return True
 
     def _measured_capability(self) -> Any | None:
         """The context's measured-request capability, when the provider can count too."""
@@ -471,10 +521,21 @@ class _Turn:
         specs = [_tool_spec(tool) for tool in self.tools.values()]
         return ChatRequest(messages=typed, tools=specs or None)
 
-    def _refit_budget(self, error: ContextLengthError) -> tuple[int | None, str]:
+    def _refit_budget(
+        self, error: ContextLengthError, *, learned: bool = False
+    ) -> tuple[int | None, str]:
         """The budget to refit to after an overflow, and where it came from."""
         limit = _budget_from_error(error)
         report = getattr(self.context, "last_report", None)
+        if limit is not None and learned:
+            # The context learned the measured size. Where its estimate of the refused view
+            # now covers it, the limit is the budget as it stands; where calibration's bounds
+            # left it short, the limit is scaled by what is still uncovered.
+            requested = getattr(error, "requested", None)
+            covered = getattr(self.context, "last_view_estimate", None)
+            if _positive(requested) and _positive(covered) and covered < requested:
+                return max(1, int(limit * covered / requested * _REFIT_SLACK)), "error_scaled"
+            return limit, "error_learned"
         if limit is not None:
             # If the provider measured more than the context believed it sent, a refit to
             # the bare limit would return the same view; shrink by the observed under-count.

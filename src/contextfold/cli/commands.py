@@ -68,8 +68,8 @@ def fail(message: str, status: int = EXIT_BAD_INPUT) -> int:
 def run_demo_command(args: argparse.Namespace) -> int:
     if args.window < MIN_DEMO_WINDOW:
         return fail(
-            f"--window {args.window} is too small: context-fold keeps a 4,096-token safety "
-            f"margin and half the reply reserve out of the budget; use at least {MIN_DEMO_WINDOW}"
+            f"--window {args.window} is too small: the model's 1,024-token reply reserve "
+            f"leaves no room for the task; use at least {MIN_DEMO_WINDOW}"
         )
     if args.result_chars < MIN_RESULT_CHARS:
         return fail(f"--result-chars must be at least {MIN_RESULT_CHARS}, got {args.result_chars}")

@@ -37,15 +37,16 @@ the budget for the whole session. So the counter also learns a **fixed** part pe
 estimate of a request is ``ceil(raw * ratio) + fixed``. A fixed part is only ever learned from
 agreement:
 
-4. When the last few readings (at least ``agreement``, sizes at least 25 % apart) disagree as
-   ratios but lie on one line ``actual = ratio * raw + fixed`` within ``tolerance``, that
-   line is adopted: its slope
-   (clamped like any ratio) and, as the fixed part, the largest amount by which a reading
-   exceeds the slope, so the line is at or above every one of them. It is adopted only when
-   it counts the largest of those requests lower than the current estimate does (a fit never
-   raises the estimate where it was learned, so an absurd reading cannot enter through it),
-   and ``fixed`` is never negative, so the estimate never goes below ``min_ratio`` times the
-   count. Rules 2 and 3 then apply to what a reading leaves after the fixed part.
+4. When the last few readings (at least three and ``agreement``, sizes at least 25 % apart)
+   disagree as ratios but lie on one line ``actual = ratio * raw + fixed`` within
+   ``tolerance``, that line is adopted: its slope (clamped like any ratio) and, as the fixed
+   part, the largest amount by which a reading exceeds the slope, so the line is at or above
+   every one of them. This works both ways: it takes the estimate down where schemas had
+   inflated the ratio, and up past the ratio's bound where schemas dwarf the messages (58
+   tools' schemas on a 700-token conversation are a 20x "ratio"). ``fixed`` is never
+   negative, so the estimate never goes below ``min_ratio`` times the count, and never above
+   ``MAX_FIXED`` (more than any model's window: such a line is a misread usage, not a fact).
+   Rules 2 and 3 then apply to what a reading leaves after the fixed part.
 """
 
 from __future__ import annotations
@@ -103,8 +104,11 @@ class CalibrationUpdate:
 # they must be for a slope to mean anything.
 FIT_READINGS = 8
 FIT_MIN_SPREAD = 1.25
-# A fitted line is adopted only when it counts the largest recent request this much lower.
-FIT_MIN_GAIN = 0.02
+# A fitted line is adopted only when it counts the largest recent request this much apart
+# from the current estimate (less would only add rounding noise).
+FIT_MIN_CHANGE = 0.02
+# No model's window is this large: a fixed part above it is a misread usage figure.
+MAX_FIXED = 2_000_000
 
 
 @dataclass(slots=True)
@@ -325,12 +329,12 @@ class CalibratedCounter:
         limit = 1.0 + self.tolerance
         if any(x * slope + fixed > y * limit + 1 for x, y in readings):
             return False
-        # Only a line that counts clearly less than the current one for the largest recent
-        # request is worth adopting: a fit that merely restates the current line would only
-        # add rounding noise, and one that counts more is rule 2's business, not a fit's.
+        if fixed > MAX_FIXED:
+            return False
+        # A line that merely restates the current one would only add rounding noise.
         largest = max(sizes)
         current = largest * math.exp(state.log_ratio) + state.fixed
-        if largest * slope + fixed >= current * (1.0 - FIT_MIN_GAIN):
+        if abs(largest * slope + fixed - current) < current * FIT_MIN_CHANGE:
             return False
         state.log_ratio, state.fixed = log_slope, fixed
         # Later single readings are judged against the new line, not the old ratios.
