@@ -111,3 +111,29 @@ def test_demo_with_tools_compares_the_message_budget_with_the_measured_request(
     assert legacy["refused"] >= 1 and legacy["overflowed"]
     assert measured["refused"] == 0 and not measured["overflowed"]
     assert legacy["completed"] and measured["completed"]
+
+
+def test_show_prints_the_learned_calibration_with_its_fixed_part(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A session whose provider bills 600 tokens of tool schemas on every request: the
+    calibration it stored (ratio and fixed part) is what `sessions show` prints."""
+    url = f"sqlite:///{tmp_path / 'tools.db'}"
+
+    async def run() -> None:
+        context = ContextFold(store=url, session_id="tools", token_counter="calibrated")
+        await context.set_messages([SYSTEM, human("go")])
+        for n in range(6):
+            view = await context.get_messages_for_request(token_budget=50_000)
+            exact = sum(context.counter.count_message(m) for m in view)
+            exact += context.counter.request_overhead
+            await context.on_llm_response(
+                {"usage": {"input_tokens": exact + 600}, "model": "gpt-4o"}
+            )
+            for message in tool_round(n, result_chars=1_500):
+                await context.add_message(message)
+
+    asyncio.run(run())
+    assert main(["sessions", "show", url, "tools"]) == 0
+    shown = capsys.readouterr().out
+    assert "calibration    gpt-4o 1.000 + 600 fixed (6 readings)" in shown

@@ -109,7 +109,9 @@ async def _show(store: SessionStore, session: Any) -> str:
     calibration = session.calibration or {}
     if calibration:
         ratios = ", ".join(
-            f"{model} {value.get('ratio', 0):.3f} ({value.get('samples', 0)} readings)"
+            f"{model} {value.get('ratio', 0):.3f}"
+            + (f" + {value['fixed']:,} fixed" if value.get("fixed") else "")
+            + f" ({value.get('samples', 0)} readings)"
             for model, value in sorted(calibration.items())
         )
         lines.append(f"calibration    {ratios}")
