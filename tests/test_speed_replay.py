@@ -9,7 +9,12 @@ from typing import Any
 import pytest
 
 from contextfold import ContextFold
-from contextfold.cli.replay import ReplayModel, _PrefixTracker, replay_messages_async
+from contextfold.cli.replay import (
+    ReplayModel,
+    _PrefixTracker,
+    replay_messages,
+    replay_messages_async,
+)
 from contextfold.views import detached
 from support import SYSTEM, agent_run, human
 
@@ -101,3 +106,14 @@ async def test_costs_read_from_admission_equal_costs_counted_again(
     counted = await replay_messages_async(messages, {}, 8_000)
     assert fast.to_dict() == counted.to_dict()
     assert any(row.prefix_tokens for row in fast.rows)
+
+
+def test_row_dicts_are_asdict_plus_over_budget() -> None:
+    from dataclasses import asdict
+
+    result = replay_messages(agent_run(12, result_chars=1500), {}, 8_000)
+    rows = result.to_dict()["rows"]
+    expected = [asdict(row) | {"over_budget": row.over_budget} for row in result.rows]
+    assert rows == expected
+    assert [list(row) for row in rows] == [list(row) for row in expected]  # same key order
+    assert rows[0]["applied"] is not result.rows[0].applied
