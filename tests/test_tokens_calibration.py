@@ -157,6 +157,10 @@ def test_absurd_readings_do_not_overflow() -> None:
     assert update.ratio == pytest.approx(3.0)
     counter.observe(MODEL, 10**400, 1)
     assert counter.ratio(MODEL) == pytest.approx(3.0)
+    # Enough absurd readings to fit a line to: never fitted, no float overflow.
+    for size in (1_000, 2_000, 4_000, 10**400, 10**401):
+        counter.observe(MODEL, size, 10**400 + size)
+    assert counter.fixed(MODEL) == 0 and counter.ratio(MODEL) == pytest.approx(3.0)
 
 
 def test_models_are_calibrated_separately() -> None:

@@ -109,6 +109,8 @@ FIT_MIN_SPREAD = 1.25
 FIT_MIN_CHANGE = 0.02
 # No model's window is this large: a fixed part above it is a misread usage figure.
 MAX_FIXED = 2_000_000
+# Readings above this are never fitted (they are misread, and floats cannot hold their sums).
+MAX_FITTED_READING = 10**12
 
 
 @dataclass(slots=True)
@@ -272,7 +274,8 @@ class CalibratedCounter:
         observed = math.log(net) - math.log(estimated) if net > 0 else self._log_min
         observed = min(self._log_max, max(self._log_min, observed))
         accepted = self._update(state, observed)
-        state.readings.append((estimated, actual))
+        if estimated <= MAX_FITTED_READING and actual <= MAX_FITTED_READING:
+            state.readings.append((estimated, actual))
         if self._fit(state):
             accepted = True
         self._last_model = model
