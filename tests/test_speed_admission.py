@@ -123,3 +123,41 @@ def test_detached_copies_every_nested_container_and_shares_leaves() -> None:
     flat = {"role": "user", "content": "hi", "n": 1.5, "ok": True, "none": None}
     flat_copy = detached(flat)
     assert flat_copy == flat and flat_copy is not flat
+
+
+METADATA = st.dictionaries(
+    st.sampled_from(
+        [
+            "source",
+            "ephemeral",
+            "persisted",
+            "loaded_tools",
+            "kind",
+            "openai:tool_search_items",
+            "amplifier_public_reference_only",
+        ]
+    ),
+    st.sampled_from([True, False, "hook", "user", "loaded_tool_state", [1], None]),
+    max_size=3,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    METADATA,
+    st.sampled_from(["user", "assistant", "system", "developer"]),
+    st.sampled_from(["hi", "<system-reminder>x</system-reminder>", None]),
+)
+def test_the_admission_stamp_never_changes_a_classification(
+    metadata: dict[str, Any], role: str, content: str | None
+) -> None:
+    """Metadata holding only the stamp is skipped by the convention checks: a message
+    classifies the same with and without the stamp, whatever else its metadata says."""
+    from contextfold.messages import inspect_message
+
+    plain = {"role": role, "content": content, "metadata": metadata}
+    stamped = {**plain, "metadata": {**metadata, "timestamp": utc_timestamp()}}
+    assert inspect_message(stamped, index=0) == inspect_message(plain, index=0)
+    bare = {"role": role, "content": content}
+    if not metadata:
+        assert inspect_message(stamped, index=0) == inspect_message(bare, index=0)
