@@ -171,8 +171,8 @@ def private_copy(message: Mapping[str, Any], *, index: int | None = None) -> dic
     """
     if type(message) is dict:
         try:
-            return _plain_copy(message)
-        except (_NotPlain, RecursionError):
+            return _plain_copy(message, 0)
+        except _NotPlain:
             pass
     copied: dict[str, Any] = json.loads(canonical_json(message, index=index))
     return copied
@@ -190,12 +190,17 @@ def _plain_text(text: str) -> None:
         raise _NotPlain from None
 
 
-def _plain_copy(value: dict[str, Any]) -> dict[str, Any]:
+def _plain_copy(value: dict[str, Any], depth: int) -> dict[str, Any]:
     """A copy of a dict of plain JSON types; raises `_NotPlain` for anything else.
 
     Only containers are copied; every leaf is checked, since the copy must be exactly what
     the JSON round trip would have stored, and the round trip's refusals must still happen.
+    ``depth`` counts the containers above: deep nesting is left to the round trip, whose
+    encoder refuses it ("nested too deeply") at a depth of its own.
     """
+    if depth > _MAX_PLAIN_DEPTH:
+        raise _NotPlain
+    depth += 1
     out = value.copy()
     for key, item in out.items():
         if type(key) is not str:
@@ -207,16 +212,19 @@ def _plain_copy(value: dict[str, Any]) -> dict[str, Any]:
             if not item.isascii():  # ASCII (nearly all) cannot hold a surrogate
                 _plain_text(item)
         elif kind is dict:
-            out[key] = _plain_copy(item)
+            out[key] = _plain_copy(item, depth)
         elif kind is list:
-            out[key] = _plain_list(item)
+            out[key] = _plain_list(item, depth)
         elif not _plain_scalar(kind, item):
             raise _NotPlain
     return out
 
 
-def _plain_list(value: list[Any]) -> list[Any]:
+def _plain_list(value: list[Any], depth: int) -> list[Any]:
     """`_plain_copy` for a list."""
+    if depth > _MAX_PLAIN_DEPTH:
+        raise _NotPlain
+    depth += 1
     out = value.copy()
     for index, item in enumerate(out):
         kind = type(item)
@@ -224,9 +232,9 @@ def _plain_list(value: list[Any]) -> list[Any]:
             if not item.isascii():
                 _plain_text(item)
         elif kind is dict:
-            out[index] = _plain_copy(item)
+            out[index] = _plain_copy(item, depth)
         elif kind is list:
-            out[index] = _plain_list(item)
+            out[index] = _plain_list(item, depth)
         elif not _plain_scalar(kind, item):
             raise _NotPlain
     return out
@@ -241,6 +249,9 @@ def _plain_scalar(kind: type, item: Any) -> bool:
     return kind is bool or item is None
 
 
+# Containers nested deeper than this take the round trip, so that only json.dumps decides
+# what is nested too deeply (it refuses from a few hundred levels, by the stack it has left).
+_MAX_PLAIN_DEPTH = 64
 _INT_LIMIT = 2**63  # beyond it, leave the int to the round trip (and its digit limit)
 
 
