@@ -381,7 +381,12 @@ def test_schemas_that_dwarf_the_messages_raise_the_estimate_past_the_ratios_boun
     # 58 tools' schemas (14,180 tokens) on a conversation of a few hundred tokens: as a ratio
     # that is 20x and more, pinned at 3x, so every request was under-counted by thousands.
     counter = CalibratedCounter(ExactCounter())
-    schema_readings(counter, 14_180, [67, 712, 1_286])
+    first, second = schema_readings(counter, 14_180, [67, 712])
+    assert first.ratio == pytest.approx(3.0) and first.fixed == 0
+    # The bound leaves the second reading uncovered by thousands: two readings are enough to
+    # go up (the third request is not sent over the window waiting for agreement).
+    assert second.fixed == 14_180 and second.ratio == pytest.approx(1.0)
+    schema_readings(counter, 14_180, [1_286])
     assert counter.fixed(MODEL) == 14_180 and counter.ratio(MODEL) == pytest.approx(1.0)
     assert counter.scale(800, MODEL) + counter.fixed(MODEL) == 14_980
 

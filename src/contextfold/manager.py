@@ -553,8 +553,12 @@ class ContextFold:
 
         reserve = self._notice_reserve(budget)
         usable = max(0, budget - reserve)
-        trigger = math.floor(cfg.compact_threshold * usable)
-        target = math.floor(cfg.target_usage * usable)
+        # The thresholds are shares of the room compaction can work in: a fixed part (tool
+        # schemas) rides on every request whatever is compacted, so a share of the whole
+        # budget would put the trigger under the schemas alone and compact on every request.
+        room = max(0, usable - fixed)
+        trigger = min(usable, fixed + math.floor(cfg.compact_threshold * room))
+        target = min(usable, fixed + math.floor(cfg.target_usage * room))
         if hard_fit:
             trigger = target = usable
         measured, source = self._measure(estimate, before_raw, ratio)

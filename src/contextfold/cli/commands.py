@@ -188,12 +188,20 @@ def _demo_verdict(result: DemoResult) -> str:
     managed, unmanaged = result.managed, result.unmanaged
     if result.settings.tools:
         served = managed.requests - managed.refused
+        legacy = (
+            f"let {unmanaged.refused} request(s) over the window (refused by the provider, "
+            "then refitted)"
+            if unmanaged.refused
+            else "kept every request inside the window (it learns the schemas' size from usage)"
+        )
         return (
             f"With {result.settings.tools} tools whose schemas ride on every request, the "
-            f"message-only budget let {unmanaged.refused} request(s) over the window (refused "
-            f"by the provider, then refitted); the measured request let "
-            f"{managed.refused}, with {managed.count_calls} whole-request counts for "
-            f"{served} requests ({managed.count_calls / max(1, served):.2f} per request)."
+            f"message-only budget {legacy}, its largest request {unmanaged.largest_request:,} "
+            f"tokens after {unmanaged.compactions} compactions; the measured request let "
+            f"{managed.refused} over, its largest {managed.largest_request:,} after "
+            f"{managed.compactions} compactions, with {managed.count_calls} whole-request "
+            f"counts for {served} requests ({managed.count_calls / max(1, served):.2f} per "
+            "request)."
         )
     fits = managed.largest_request <= managed.input_limit
     verdict = (

@@ -37,9 +37,10 @@ the budget for the whole session. So the counter also learns a **fixed** part pe
 estimate of a request is ``ceil(raw * ratio) + fixed``. A fixed part is only ever learned from
 agreement:
 
-4. When the last few readings (at least three and ``agreement``, sizes at least 25 % apart)
-   disagree as ratios but lie on one line ``actual = ratio * raw + fixed`` within
-   ``tolerance``, that line is adopted: its slope (clamped like any ratio) and, as the fixed
+4. When the last few readings (at least three and ``agreement``, sizes at least 25 % apart;
+   two where the ratio's bound leaves one uncovered and the line counts more) disagree as
+   ratios but lie on one line ``actual = ratio * raw + fixed`` within ``tolerance``, that
+   line is adopted: its slope (clamped like any ratio) and, as the fixed
    part, the largest amount by which a reading exceeds the slope, so the line is at or above
    every one of them. This works both ways: it takes the estimate down where schemas had
    inflated the ratio, and up past the ratio's bound where schemas dwarf the messages (58
@@ -305,8 +306,14 @@ class CalibratedCounter:
     def _fit(self, state: _ModelState) -> bool:
         """Rule 4: adopt the line the recent readings agree on, if they do. True if adopted."""
         readings = state.readings
-        # Any two readings lie on a line: agreement takes a third.
-        if len(readings) < max(self.agreement, 3):
+        # Any two readings lie on a line, so coming down takes a third (agreement). Going up
+        # does not wait: where the ratio's bound leaves a reading uncovered (schemas that
+        # dwarf the messages), two readings are enough to stop under-counting, which is what
+        # overflows a window (rule 2's reasoning).
+        ratio = math.exp(state.log_ratio)
+        agreed = len(readings) >= max(self.agreement, 3)
+        short = any(x * ratio + state.fixed < y for x, y in readings)
+        if len(readings) < 2 or not (agreed or short):
             return False
         sizes = [x for x, _ in readings]
         if max(sizes) < FIT_MIN_SPREAD * min(sizes):
@@ -336,9 +343,11 @@ class CalibratedCounter:
             return False
         # A line that merely restates the current one would only add rounding noise.
         largest = max(sizes)
-        current = largest * math.exp(state.log_ratio) + state.fixed
+        current = largest * ratio + state.fixed
         if abs(largest * slope + fixed - current) < current * FIT_MIN_CHANGE:
             return False
+        if not agreed and largest * slope + fixed < current:
+            return False  # too few readings to come down on
         state.log_ratio, state.fixed = log_slope, fixed
         # Later single readings are judged against the new line, not the old ratios.
         state.recent.clear()
