@@ -700,3 +700,30 @@ async def test_kernel_validator_passes_for_the_orchestrator() -> None:
     result = await OrchestratorValidator().validate("contextfold.amplifier.orchestrator")
     failed = [(c.name, c.message) for c in result.checks if not c.passed]
     assert result.passed and failed == [], failed
+
+
+async def test_many_tool_schemas_never_overflow_even_a_loop_that_cannot_refit() -> None:
+    """58 tools whose schemas (about 14,200 tokens) ride on every request of a 16,000-token
+    model, under a loop that ends the session on the first overflow as Amplifier's
+    ``loop-basic`` does: the context learns the schemas' size from the first two usage
+    readings and no request is ever refused."""
+    from contextfold.cli.demo import CatalogTool
+
+    plan = mount_plan(
+        {"steps": 30},
+        provider={"context_window": 16_000, "max_output_tokens": 1_024, "enforce_window": True},
+        loop={"overflow": "raise"},
+        result_chars=3_000,
+    )
+    async with open_session(plan) as (session, recorder):
+        for index in range(58):
+            tool = CatalogTool(index)
+            await session.coordinator.mount("tools", tool, name=tool.name)
+        assert await session.execute("Go.") == "Done."
+        context, provider = parts(session)
+        history = await context.get_messages()
+    assert not [r for r in provider.records if r.rejected]
+    assert recorder.of("provider:error") == []
+    assert context.counter.fixed(None) > 12_000  # the schemas, learned as a fixed part
+    assert len(history) == 1 + 2 * 30 + 1
+    assert_tool_groups_intact(history)
