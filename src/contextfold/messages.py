@@ -326,6 +326,8 @@ def to_plain(message: Any) -> Any:
 
 
 def _is_model(value: Any) -> bool:
+    if type(value) is dict:  # the usual case, without the ABC check
+        return False
     return not isinstance(value, Mapping) and callable(getattr(value, "model_dump", None))
 
 
