@@ -309,19 +309,18 @@ class ContextFold:
             # required core cannot fit under them, try the budget itself, then the
             # provider's own input limit, before ending the session (the provider refuses
             # what it must, and the loop refits).
-            fallbacks = [capped]
-            for looser in (decision, decision.at_input_limit()):
-                if looser.effective_budget > fallbacks[-1].effective_budget:
-                    fallbacks.append(looser)
-            for attempt, candidate in enumerate(fallbacks, start=1):
+            candidate = capped
+            while True:
                 try:
                     view, events = await self._plan_request(
                         candidate, hard_fit, required_reminders, prompt_view, share=share
                     )
                     break
                 except ContextLengthError:
-                    if attempt == len(fallbacks):
+                    looser = _looser_budget(candidate, decision)
+                    if looser is None:
                         raise
+                    candidate = looser
             if candidate.margin_waived and not self._margin_waived:
                 logger.warning(
                     "context-fold: the content this request cannot go without does not fit the "
@@ -1066,6 +1065,16 @@ class ContextFold:
 
 def _shared(message: dict[str, Any]) -> dict[str, Any]:
     return message
+
+
+def _looser_budget(tried: BudgetDecision, decision: BudgetDecision) -> BudgetDecision | None:
+    """The next budget to try after ``tried`` could not hold the required core: the derived
+    budget without the refit cap, then the provider's input limit (no safety margin); None
+    when there is nothing looser."""
+    for looser in (decision, decision.at_input_limit()):
+        if looser.effective_budget > tried.effective_budget:
+            return looser
+    return None
 
 
 def _plain_text(content: Any) -> str:
