@@ -117,3 +117,44 @@ def test_row_dicts_are_asdict_plus_over_budget() -> None:
     assert rows == expected
     assert [list(row) for row in rows] == [list(row) for row in expected]  # same key order
     assert rows[0]["applied"] is not result.rows[0].applied
+
+
+def test_a_replay_leaves_the_garbage_collector_as_it_found_it() -> None:
+    import gc
+
+    from contextfold.cli import replay as replay_module
+    from contextfold.cli.replay import replay_messages
+
+    messages = [{"role": "system", "content": "s"}]
+    for n in range(3 * replay_module.PROGRESS_EVERY):
+        messages.append({"role": "user" if n % 2 == 0 else "assistant", "content": f"m{n}"})
+    before = (gc.isenabled(), gc.get_threshold(), gc.get_freeze_count())
+    replay_messages(messages, window=8_000)
+    assert (gc.isenabled(), gc.get_threshold(), gc.get_freeze_count()) == before
+    # Objects the application froze itself stay frozen: the replay does not unfreeze them.
+    kept = [object() for _ in range(10)]
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        replay_messages(messages, window=8_000)
+        # Neither unfrozen nor frozen further (a frozen object may still die by refcount).
+        assert frozen - 1_000 <= gc.get_freeze_count() <= frozen
+        assert gc.get_threshold() == before[1]
+    finally:
+        gc.unfreeze()
+    del kept
+
+
+def test_the_replay_command_turns_the_collector_back_on(tmp_path) -> None:
+    import gc
+    import json
+
+    from contextfold.cli import main
+
+    path = tmp_path / "conv.json"
+    path.write_text(
+        json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])
+    )
+    assert gc.isenabled()
+    assert main(["replay", str(path), "-q", "--no-chart", "--out", str(tmp_path / "out")]) == 0
+    assert gc.isenabled()

@@ -13,7 +13,9 @@ file reading, a table, a chart and a JSON file.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+import gc
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -253,6 +255,31 @@ async def replay_messages_async(
         if on_request is not None:
             on_request(row)
 
+    with _collector_kept_young():
+        await _replay_all(messages, context, admitted, request, places, on_progress)
+    await request(len(messages))
+    if on_progress is not None:
+        on_progress(len(messages))
+
+    stored = await context.get_messages()
+    return ReplayResult(
+        rows=rows,
+        totals=_totals(rows, messages, stored),
+        window=window,
+        max_output_tokens=max_output_tokens,
+        config=settings,
+    )
+
+
+async def _replay_all(
+    messages: Sequence[Mapping[str, Any]],
+    context: ContextFold,
+    admitted: _AdmittedCosts,
+    request: Callable[[int], Awaitable[None]],
+    places: Sequence[str] | None,
+    on_progress: Callable[[int], None] | None,
+) -> None:
+    """Admit every message, with a request before each assistant message."""
     for index, message in enumerate(messages):
         # The model answers what came before it: that is a request, unless nothing came before.
         if message.get("role") == "assistant" and index > 0:
@@ -269,20 +296,49 @@ async def replay_messages_async(
             place = places[index] if places is not None else f"message {index}"
             problem = "nested too deeply" if isinstance(error, RecursionError) else str(error)
             raise ReplayError(place, problem) from None
-        if on_progress is not None and (index + 1) % PROGRESS_EVERY == 0:
-            on_progress(index + 1)
-    await request(len(messages))
-    if on_progress is not None:
-        on_progress(len(messages))
+        if (index + 1) % PROGRESS_EVERY == 0:
+            if on_progress is not None:
+                on_progress(index + 1)
+            _age_survivors()
 
-    stored = await context.get_messages()
-    return ReplayResult(
-        rows=rows,
-        totals=_totals(rows, messages, stored),
-        window=window,
-        max_output_tokens=max_output_tokens,
-        config=settings,
-    )
+
+# Whether `_collector_kept_young` froze objects (it does only when nothing else had).
+_freezing = False
+# The first generation's threshold during a replay (Python's default is 700 allocations).
+YOUNG_THRESHOLD = 50_000
+
+
+@contextmanager
+def _collector_kept_young() -> Iterator[None]:
+    """Keep the garbage collector to what is young during a replay.
+
+    A replay builds a history that lives until its end. Left alone, the collector walks that
+    growing history again at every full collection: about a fifth of a million-message
+    replay. So every `PROGRESS_EVERY` messages what survived so far is moved out of its reach
+    (`gc.freeze`: a list splice); new cycles are still collected as they are made, and at
+    the end everything is handed back (`gc.unfreeze`). Skipped when the application froze
+    objects of its own (a pre-fork server, say), which unfreezing would release.
+    """
+    global _freezing
+    own = gc.isenabled() and gc.get_freeze_count() == 0 and not _freezing
+    _freezing = own
+    thresholds = gc.get_threshold()
+    if own:
+        # Young collections less often: most of a replay's objects die young by reference
+        # count, and a larger first generation lets them go before a collection visits them.
+        gc.set_threshold(max(thresholds[0], YOUNG_THRESHOLD), *thresholds[1:])
+    try:
+        yield
+    finally:
+        if own:
+            _freezing = False
+            gc.set_threshold(*thresholds)
+            gc.unfreeze()
+
+
+def _age_survivors() -> None:
+    if _freezing:
+        gc.freeze()
 
 
 class _HistorySize:
