@@ -95,8 +95,13 @@ def test_every_run_is_a_real_amplifier_session(numbers: dict[str, Any]) -> None:
         "protected_recent": 0.05,
         "protected_tool_results": 1,
     }
-    for part in ("orchestrator", "providers", "tools"):
+    for part in ("orchestrator", "providers"):
         assert plans["summarize"][part] == plans["managed"][part]
+    # The summarize run also gives the model its way back to what was compacted.
+    assert plans["summarize"]["tools"] == [
+        *plans["managed"]["tools"],
+        {"module": "tool-context-recall"},
+    ]
 
 
 def test_managed_run_stays_inside_the_window_and_unmanaged_does_not(

@@ -273,6 +273,12 @@ async def test_tool_schemas_take_their_size_from_the_budget_not_a_share_of_it(
     from contextfold.tokens import CalibratedCounter
 
     monkeypatch.setattr(CalibratedCounter, "_fit", lambda self, state: False)
+    # ... and a reading beyond the bound raising the ratio to it, as before rule 6.
+    monkeypatch.setattr(
+        CalibratedCounter,
+        "_beyond_the_bound",
+        lambda self, state, estimated, actual: self._update(state, self._log_max),
+    )
     ratio_only = await _schema_session(2_000, 6_000)
     assert ratio_only["fixed"] == 0 and ratio_only["ratio"] > 2.5
     assert learned["compactions"] * 3 <= ratio_only["compactions"] * 2

@@ -339,8 +339,10 @@ def test_tool_schemas_are_learned_as_a_fixed_part_not_a_ratio() -> None:
     # alone would scale every later request by 3 (its bound) for the rest of the session.
     counter = CalibratedCounter(ExactCounter())
     first, second, third = schema_readings(counter, 600, [150, 770, 1_390])
-    assert first.ratio == pytest.approx(3.0) and first.fixed == 0
-    assert second.fixed == 0  # two readings are not agreement
+    # Beyond the ratio's bound over an exact count: the excess is a fixed part, as far as
+    # the bound would have taken this request (3 x 150), and the ratio stays 1.
+    assert first.ratio == pytest.approx(1.0) and first.fixed == 300
+    assert second.fixed == 300  # within the bound: rule 2 raises the ratio instead
     assert third.accepted and third.fixed == 600 and third.ratio == pytest.approx(1.0)
     assert counter.fixed(MODEL) == 600 and counter.fixed(None) == 600
     # Later requests are estimated as messages + schemas, whatever their size.
@@ -372,8 +374,9 @@ def test_a_line_the_readings_do_not_agree_on_is_not_adopted() -> None:
     # all, so nothing is learned from the odd one and the estimate never drops below exact.
     counter = CalibratedCounter(ExactCounter())
     schema_readings(counter, 600, [150, 770])
+    line = (counter.ratio(MODEL), counter.fixed(MODEL))
     update = counter.observe(MODEL, 1_390, 1)
-    assert counter.fixed(MODEL) == 0 and not update.accepted
+    assert (counter.ratio(MODEL), counter.fixed(MODEL)) == line and not update.accepted
     assert counter.scale(1_390, MODEL) >= 1_390
 
 
@@ -382,7 +385,7 @@ def test_schemas_that_dwarf_the_messages_raise_the_estimate_past_the_ratios_boun
     # that is 20x and more, pinned at 3x, so every request was under-counted by thousands.
     counter = CalibratedCounter(ExactCounter())
     first, second = schema_readings(counter, 14_180, [67, 712])
-    assert first.ratio == pytest.approx(3.0) and first.fixed == 0
+    assert first.ratio == pytest.approx(1.0) and first.fixed == 2 * 67  # as far as the bound
     # The bound leaves the second reading uncovered by thousands: two readings are enough to
     # go up (the third request is not sent over the window waiting for agreement).
     assert second.fixed == 14_180 and second.ratio == pytest.approx(1.0)
@@ -391,13 +394,17 @@ def test_schemas_that_dwarf_the_messages_raise_the_estimate_past_the_ratios_boun
     assert counter.scale(800, MODEL) + counter.fixed(MODEL) == 14_980
 
 
-def test_a_misread_usage_on_a_line_never_becomes_a_fixed_part() -> None:
-    # Absurd but consistent readings: no model's window is that large, so no line is learned
-    # and the ratio's bound still holds.
+def test_a_misread_usage_weighs_no_more_than_the_ratios_bound() -> None:
+    # Absurd but consistent readings: no line is learned from them (no model's window is that
+    # large), and the fixed part they leave never takes the estimate of a request of the
+    # size read past the ratio's bound (3x), as the ratio alone would have.
     counter = CalibratedCounter(ExactCounter())
     for size in (1_000, 2_000, 4_000, 8_000):
         counter.observe(MODEL, size, 10**12 + size)
-    assert counter.fixed(MODEL) == 0 and counter.ratio(MODEL) == pytest.approx(3.0)
+        assert counter.scale(size, MODEL) + counter.fixed(MODEL) <= 3 * size
+    assert counter.ratio(MODEL) == pytest.approx(1.0)
+    for size in (8_000, 50_000, 200_000):  # larger requests: less than the ratio would say
+        assert counter.scale(size, MODEL) + counter.fixed(MODEL) <= 3 * size
 
 
 def test_fewer_schemas_later_lower_the_fixed_part_on_agreement() -> None:

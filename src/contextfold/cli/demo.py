@@ -346,7 +346,10 @@ def mount_plan(
                 | ({"count_requests": managed} if settings.tools else {}),
             }
         ],
-        "tools": [{"module": "tool-doc-lookup", "config": {"result_chars": settings.result_chars}}],
+        "tools": [{"module": "tool-doc-lookup", "config": {"result_chars": settings.result_chars}}]
+        # The summarize run gives the model the way back to what it compacted, as a user of
+        # the ladder would: its schema rides on every request of that run (and is billed).
+        + ([{"module": "tool-context-recall"}] if spec.summarizes else []),
     }
 
 

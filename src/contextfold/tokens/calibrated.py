@@ -48,6 +48,9 @@ agreement:
    negative, so the estimate never goes below ``min_ratio`` times the count, and never above
    ``MAX_FIXED`` (more than any model's window: such a line is a misread usage, not a fact).
    Rules 2 and 3 then apply to what a reading leaves after the fixed part.
+6. Over an exact tokenizer, a reading beyond the ratio's bound (a request billed at more
+   than three times its exact count) is not a ratio at all: the excess goes to the fixed
+   part, as far as the bound would have taken this request's estimate, and the ratio stays.
 """
 
 from __future__ import annotations
@@ -133,6 +136,7 @@ class CalibratedCounter:
     """Wraps a counter; counts stay raw, :meth:`scale` applies the learned per-model ratio."""
 
     __slots__ = (
+        "_exact",
         "_last_model",
         "_log_max",
         "_log_min",
@@ -188,6 +192,7 @@ class CalibratedCounter:
         self._log_tolerance = math.log1p(tolerance) + 1e-12
         self._states: dict[str | None, _ModelState] = {}
         self._last_model: str | None = None
+        self._exact = isinstance(base, ExactCounter)
 
     # -- counting: raw, delegated ------------------------------------------------------------
 
@@ -273,8 +278,11 @@ class CalibratedCounter:
         net = actual - state.fixed
         # log(a) - log(b), not log(a / b): a / b overflows a float for absurd int readings.
         observed = math.log(net) - math.log(estimated) if net > 0 else self._log_min
-        observed = min(self._log_max, max(self._log_min, observed))
-        accepted = self._update(state, observed)
+        if self._exact and observed > self._log_max:
+            accepted = self._beyond_the_bound(state, estimated, actual)
+        else:
+            observed = min(self._log_max, max(self._log_min, observed))
+            accepted = self._update(state, observed)
         if estimated <= MAX_FITTED_READING and actual <= MAX_FITTED_READING:
             state.readings.append((estimated, actual))
         if self._fit(state):
@@ -302,6 +310,25 @@ class CalibratedCounter:
         # Readings agree on a lower ratio: come down, but only as far as the highest of them.
         state.log_ratio = max(recent)
         return True
+
+    def _beyond_the_bound(self, state: _ModelState, estimated: int, actual: int) -> bool:
+        """Rule 6: a reading beyond the ratio's bound over an exact tokenizer.
+
+        An exact count is not several times off in proportion; what a provider adds beyond it
+        is tool schemas and instructions, a fixed amount. So the excess goes to the fixed part
+        (as far as the bound would have taken the estimate of this request, so one reading
+        weighs no more than before), not to the ratio: a tiny first request carrying a few
+        tools' schemas no longer triples the estimate of every later request. Readings after
+        it (rule 4) then learn the fixed part exactly.
+        """
+        state.samples += 1
+        ratio = math.exp(state.log_ratio)
+        shortfall = actual - (estimated * ratio + state.fixed)
+        # What the bound allows at this size: the line no higher than max_ratio times it.
+        room = self.max_ratio * estimated - (estimated * ratio + state.fixed)
+        raised = max(0, math.ceil(min(shortfall, room)))
+        state.fixed = min(MAX_FIXED, state.fixed + raised)
+        return raised > 0
 
     def _fit(self, state: _ModelState) -> bool:
         """Rule 4: adopt the line the recent readings agree on, if they do. True if adopted."""
