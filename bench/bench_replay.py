@@ -95,7 +95,7 @@ async def core_only(
             await request(provider=model)
         await context.add_message(dict(message))
     await request(provider=model)
-    await context.get_messages()
+    await (context.get_messages() if copying else context._history_shared())
 
 
 class TimedContextFold(ContextFold):
@@ -128,6 +128,13 @@ class TimedContextFold(ContextFold):
         start = time.perf_counter()
         try:
             return await super().get_messages()
+        finally:
+            TimedContextFold.elapsed += time.perf_counter() - start
+
+    async def _history_shared(self) -> list[dict[str, Any]]:
+        start = time.perf_counter()
+        try:
+            return await super()._history_shared()
         finally:
             TimedContextFold.elapsed += time.perf_counter() - start
 

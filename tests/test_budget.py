@@ -241,3 +241,52 @@ async def test_the_input_limit_decision_keeps_every_bound() -> None:
     assert d.with_refit_cap(5_000).at_input_limit().effective_budget == 5_000
     small_cap = await derive_budget(ContextConfig(max_tokens=2_000), provider=Provider(SMALL))
     assert small_cap.at_input_limit() is small_cap  # the cap is below the margin's budget
+
+
+def test_awaitable_is_recognised_as_inspect_does() -> None:
+    import inspect
+    import types
+
+    from contextfold.budget import _awaitable
+
+    async def coroutine_function() -> int:
+        return 1
+
+    @types.coroutine
+    def generator_coroutine():  # type: ignore[no-untyped-def]
+        yield
+
+    class Future:
+        def __await__(self):  # type: ignore[no-untyped-def]
+            yield
+
+    def plain_generator():  # type: ignore[no-untyped-def]
+        yield
+
+    made = coroutine_function()
+    cases = [made, generator_coroutine(), Future(), plain_generator(), MI, {"a": 1}, None, 5]
+    try:
+        for value in cases:
+            assert _awaitable(value) is inspect.isawaitable(value), value
+    finally:
+        made.close()
+
+
+async def test_a_steady_provider_gets_the_same_decision_and_a_change_a_new_one() -> None:
+    cfg = ContextConfig()
+    first = await derive_budget(cfg, provider=Provider(MI))
+    assert await derive_budget(cfg, provider=Provider(MI)) is first
+    other = ModelInfo(id="m-1", display_name="M", context_window=100_000, max_output_tokens=8_000)
+    changed = await derive_budget(cfg, provider=Provider(other))
+    assert changed.effective_budget == 100_000 - 4_000 - 4_096 and changed is not first
+    capped = await derive_budget(ContextConfig(max_tokens=50_000), provider=Provider(other))
+    assert capped.effective_budget == 50_000  # another config is another decision
+    async_info = Provider(MI)
+
+    async def model_info() -> ModelInfo:
+        return MI
+
+    async_info.get_model_info = model_info  # type: ignore[method-assign]
+    assert (
+        await derive_budget(cfg, provider=async_info)
+    ).effective_budget == first.effective_budget

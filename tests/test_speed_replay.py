@@ -158,3 +158,14 @@ def test_the_replay_command_turns_the_collector_back_on(tmp_path) -> None:
     assert gc.isenabled()
     assert main(["replay", str(path), "-q", "--no-chart", "--out", str(tmp_path / "out")]) == 0
     assert gc.isenabled()
+
+
+async def test_the_shared_history_is_what_get_messages_copies() -> None:
+    from contextfold import ContextFold
+
+    context = ContextFold()
+    for n in range(5):
+        await context.add_message({"role": "user", "content": f"q{n}", "metadata": {"k": [n]}})
+        await context.add_message({"role": "assistant", "content": f"a{n}"})
+    shared = await context._history_shared()
+    assert shared == await context.get_messages()

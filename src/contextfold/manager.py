@@ -395,6 +395,14 @@ class ContextFold:
             await self._loaded()
             return [detached(e.message) for e in self._history.entries]
 
+    async def _history_shared(self) -> list[dict[str, Any]]:
+        """Internal (``contextfold replay``): `get_messages` without the copies. The messages
+        are history's own: the caller must only read them (a million-message replay would
+        otherwise copy its whole history once more to check it)."""
+        async with self._lock:
+            await self._loaded()
+            return [e.message for e in self._history.entries]
+
     async def set_messages(self, messages: list[dict[str, Any]]) -> None:
         """Replace the history (session resume). All-or-nothing: on a bad message the
         error names its index and the current history stays as it was. Learned

@@ -261,7 +261,7 @@ async def replay_messages_async(
     if on_progress is not None:
         on_progress(len(messages))
 
-    stored = await context.get_messages()
+    stored = await context._history_shared()  # only read, by `_totals`
     return ReplayResult(
         rows=rows,
         totals=_totals(rows, messages, stored),
