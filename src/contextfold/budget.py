@@ -212,11 +212,20 @@ def _awaitable(value: Any) -> bool:
     """`inspect.isawaitable` without its abstract-class check, which costs more than the
     rest of a steady request's budget derivation: the same three cases, by type."""
     kind = type(value)
-    if kind is types.CoroutineType or hasattr(kind, "__await__"):
-        return True
-    return kind is types.GeneratorType and bool(
-        value.gi_code.co_flags & inspect.CO_ITERABLE_COROUTINE
-    )
+    if kind is types.GeneratorType:
+        return bool(value.gi_code.co_flags & inspect.CO_ITERABLE_COROUTINE)
+    known = _AWAITABLE_TYPES.get(kind)
+    if known is None:
+        # Looked up in the class dictionaries: a model class's metaclass (pydantic's) makes
+        # a failed class attribute lookup slow, and this runs on every request.
+        known = _AWAITABLE_TYPES[kind] = kind is types.CoroutineType or any(
+            "__await__" in vars(klass) for klass in kind.__mro__
+        )
+    return known
+
+
+# Whether instances of a type are awaitable, by type (a handful of types per process).
+_AWAITABLE_TYPES: dict[type, bool] = {}
 
 
 _ABSENT: Any = object()
