@@ -116,10 +116,10 @@ async def derive_budget(
     )
 
 
-# The last decision made, by what it was made from: a session asks with the same config and
-# the same model info on every request, and building the record each time was a tenth of a
-# steady request. Decisions are frozen, so sharing one is safe.
-_last: tuple[tuple[Any, ...], BudgetDecision] | None = None
+# The last decision made, with the config and figures it was made from: a session asks with
+# the same config and the same model info on every request, and building the record each
+# time was a tenth of a steady request. Decisions are frozen, so sharing one is safe.
+_last: tuple[ContextConfig, tuple[Any, ...], BudgetDecision] | None = None
 
 
 def _finish(
@@ -132,17 +132,12 @@ def _finish(
     model: str | None,
 ) -> BudgetDecision:
     global _last
-    key = (id(config), config, source, context_window, max_output, reserved, derived, model)
+    figures = (source, context_window, max_output, reserved, derived, model)
     last = _last
-    if (
-        last is not None
-        and last[0][0] == key[0]
-        and last[0][1] is config
-        and last[0][2:] == key[2:]
-    ):
-        return last[1]
-    decision = _decide(config, source, context_window, max_output, reserved, derived, model)
-    _last = (key, decision)
+    if last is not None and last[0] is config and last[1] == figures:
+        return last[2]
+    decision = _decide(config, *figures)
+    _last = (config, figures, decision)
     return decision
 
 

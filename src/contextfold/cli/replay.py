@@ -304,8 +304,6 @@ async def _replay_all(
 
 # Whether `_collector_kept_young` froze objects (it does only when nothing else had).
 _freezing = False
-# The first generation's threshold during a replay (Python's default is 700 allocations).
-YOUNG_THRESHOLD = 50_000
 
 
 @contextmanager
@@ -321,19 +319,15 @@ def _collector_kept_young() -> Iterator[None]:
     """
     global _freezing
     own = gc.isenabled() and gc.get_freeze_count() == 0 and not _freezing
-    _freezing = own
-    thresholds = gc.get_threshold()
-    if own:
-        # Young collections less often: most of a replay's objects die young by reference
-        # count, and a larger first generation lets them go before a collection visits them.
-        gc.set_threshold(max(thresholds[0], YOUNG_THRESHOLD), *thresholds[1:])
+    if not own:  # the collector is off, or someone (maybe an outer replay) froze objects
+        yield
+        return
+    _freezing = True
     try:
         yield
     finally:
-        if own:
-            _freezing = False
-            gc.set_threshold(*thresholds)
-            gc.unfreeze()
+        _freezing = False
+        gc.unfreeze()
 
 
 def _age_survivors() -> None:

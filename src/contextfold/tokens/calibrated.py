@@ -224,9 +224,7 @@ class CalibratedCounter:
         without a model name, else the one of the model observed most recently (a session
         talks to one model at a time), else the prior.
         """
-        state = self._states.get(model)
-        if state is None and model is None and self._last_model is not None:
-            state = self._states.get(self._last_model)
+        state = self._learned(model)
         if state is None or state.samples == 0:
             return self.prior
         return math.exp(state.log_ratio)
@@ -235,10 +233,15 @@ class CalibratedCounter:
         """Tokens the provider counts on every request of ``model`` beyond its messages (tool
         schemas, an orchestrator's instructions), learned from agreeing readings; 0 until then.
         ``None`` resolves as in :meth:`ratio`."""
+        state = self._learned(model)
+        return state.fixed if state is not None else 0
+
+    def _learned(self, model: str | None) -> _ModelState | None:
+        """What was learned for ``model``; for None, else for the model observed last."""
         state = self._states.get(model)
         if state is None and model is None and self._last_model is not None:
             state = self._states.get(self._last_model)
-        return state.fixed if state is not None else 0
+        return state
 
     def scale(self, raw: int, model: str | None) -> int:
         """``ceil(raw * ratio(model))``: a raw request total in the provider's tokens."""
