@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .common_shapes import admit_common_shape
 from .conventions import replaced_by_system_prompt, request_form
 from .ingress import IngressClip, cap_tool_result
 from .messages import Kind, MessageInfo, inspect_message, private_copy, to_plain
@@ -142,7 +143,13 @@ class History:
         """
         position = len(self.entries) if index is None else index
         clips: list[IngressClip] = []
-        if cost is None:
+        common = admit_common_shape(message, self.max_tool_result_bytes) if cost is None else None
+        if common is not None:
+            # One of the shapes nearly every message has: validated, copied and classified
+            # in one look, exactly as the general path below would.
+            capped, info = common
+            inspected = info
+        elif cost is None:
             message = to_plain(message)
             info = inspect_message(message, index=position)
             # A private deep copy made of plain JSON types: later edits to the caller's dict

@@ -419,6 +419,20 @@ def inspect_message(message: Any, *, index: int | None) -> MessageInfo:
         )
     # Without ids a classification is its kind and flags alone: most messages share one of
     # a few immutable infos (building a frozen dataclass costs a third of an inspection).
+    return info_without_ids(
+        kind, signed_thinking, thinking, loaded_tool_state, reminder, reference_only
+    )
+
+
+def info_without_ids(
+    kind: Kind,
+    signed_thinking: bool = False,
+    thinking: bool = False,
+    loaded_tool_state: bool = False,
+    reminder: bool = False,
+    reference_only: bool = False,
+) -> MessageInfo:
+    """The shared classification of a message that makes and answers no calls."""
     key = (kind, signed_thinking, thinking, loaded_tool_state, reminder, reference_only)
     info = _WITHOUT_IDS.get(key)
     if info is None:
