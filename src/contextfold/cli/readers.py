@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,15 +63,18 @@ def read_conversation(
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InputError(source, f"not UTF-8 text (bad byte at offset {exc.start})") from None
-    if not text.strip():
+    if not text or text.isspace():  # as `not text.strip()`, without copying the text
         raise InputError(source, "the file is empty; expected a conversation (JSON or JSONL)")
 
+    document: Any = _UNPARSED
+    lines: list[str] | None = None
     if fmt == "auto":
-        fmt = _detect(text, path)
+        fmt, document, lines = _detect(text, path)
     if fmt == "jsonl":
-        messages, places = _from_jsonl(text, source)
+        messages, places = _from_jsonl(text if lines is None else lines, source)
     else:
-        document = _parse_json(text, source)
+        if document is _UNPARSED:
+            document = _parse_json(text, source)
         if fmt == "anthropic":
             messages, places = _from_anthropic(document, source)
         else:
@@ -81,26 +84,37 @@ def read_conversation(
     return Conversation(source=source, format=fmt, messages=messages, places=places)
 
 
-def _detect(text: str, path: Path) -> str:
-    """Pick a format from the content: a whole JSON document, else one JSON value per line."""
+# A document not parsed yet (``None`` is a JSON value).
+_UNPARSED: Any = object()
+
+
+def _detect(text: str, path: Path) -> tuple[str, Any, list[str] | None]:
+    """Pick a format from the content: a whole JSON document, else one JSON value per line.
+
+    Returns the format with what was parsed on the way, so nothing is parsed twice: the
+    document when the whole text is one (else ``_UNPARSED``), and the text's lines when they
+    were split to look at the first one (else ``None``).
+    """
     try:
         document = json.loads(text)
     except json.JSONDecodeError:
-        first = next(line for line in text.splitlines() if line.strip())
+        lines = text.splitlines()
+        first = next(line for line in lines if line.strip())
         # A first line that parses on its own means JSON Lines; otherwise report it as JSON
         # (or JSONL when the extension says so) so the error points at the right place.
         try:
             json.loads(first)
         except (ValueError, RecursionError):
-            return "jsonl" if path.suffix.lower() in {".jsonl", ".ndjson"} else "json"
-        return "jsonl"
+            jsonl = path.suffix.lower() in {".jsonl", ".ndjson"}
+            return ("jsonl" if jsonl else "json"), _UNPARSED, lines
+        return "jsonl", _UNPARSED, lines
     except (ValueError, RecursionError):
-        return "json"  # parsed again as JSON, which reports the problem
+        return "json", _UNPARSED, None  # parsed again as JSON, which reports the problem
     if isinstance(document, dict) and isinstance(document.get("messages"), list):
-        return "anthropic" if _looks_anthropic(document) else "json"
+        return ("anthropic" if _looks_anthropic(document) else "json"), document, None
     if isinstance(document, dict) and ("role" in document or "message" in document):
-        return "jsonl"  # a one-line transcript
-    return "json"
+        return "jsonl", _UNPARSED, None  # a one-line transcript
+    return "json", document, None
 
 
 def _looks_anthropic(document: Mapping[str, Any]) -> bool:
@@ -174,31 +188,59 @@ def _from_anthropic(document: Any, source: str) -> tuple[list[dict[str, Any]], l
     return _require_objects(items, places, source), places
 
 
-def _from_jsonl(text: str, source: str) -> tuple[list[dict[str, Any]], list[str]]:
+# json's own C scanner: what ``json.loads`` runs on a line, without its per-call wrapping.
+_scan_value = json.JSONDecoder().scan_once
+
+
+def _from_jsonl(text: str | list[str], source: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """One message per non-blank line (``text``, or its lines already split).
+
+    A line that is exactly one JSON object with a ``role`` (what a transcript holds) is read
+    with json's C scanner alone; any other line takes the path of ``json.loads``, so every
+    value, refusal and error message is that path's: the scanner accepts a line only when
+    ``json.loads`` would return the very same value (no surrounding whitespace, nothing after
+    the value).
+    """
+    lines = text.splitlines() if isinstance(text, str) else text
+    scan = _scan_value
     messages: list[dict[str, Any]] = []
-    places: list[str] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
+    append = messages.append
+    blank: list[int] = []  # numbers of the blank lines skipped (rare)
+    for number, line in enumerate(lines, start=1):
+        try:
+            value, end = scan(line, 0)
+        except (StopIteration, ValueError, RecursionError):
+            end = -1  # not a bare value: blank, surrounded by whitespace, or bad
+        if end == len(line) and type(value) is dict and "role" in value:
+            append(value)
             continue
-        place = f"line {number}"
-        value = _parse_json(line, source, place)
-        # Transcript writers often wrap each message with bookkeeping: {"message": {...}, ...}.
-        if (
-            isinstance(value, dict)
-            and "role" not in value
-            and isinstance(value.get("message"), dict)
-        ):
-            value = value["message"]
-        if not isinstance(value, dict) or "role" not in value:
-            raise InputError(
-                source,
-                "expected one chat message per line (an object with 'role', or one wrapping it "
-                f"under 'message'), found {_kind(value)}",
-                place,
-            )
-        messages.append(value)
-        places.append(place)
-    return messages, places
+        if not line.strip():
+            blank.append(number)
+            continue
+        append(_jsonl_message(line, source, f"line {number}"))
+    if blank:
+        skipped = set(blank)
+        numbers: Iterable[int] = (n for n in range(1, len(lines) + 1) if n not in skipped)
+    else:
+        numbers = range(1, len(lines) + 1)
+    return messages, [f"line {number}" for number in numbers]
+
+
+def _jsonl_message(line: str, source: str, place: str) -> dict[str, Any]:
+    """A JSONL line that is not simply a message object: parsed by ``json.loads``, unwrapped
+    from ``{"message": {...}}``, or refused."""
+    value = _parse_json(line, source, place)
+    # Transcript writers often wrap each message with bookkeeping: {"message": {...}, ...}.
+    if isinstance(value, dict) and "role" not in value and isinstance(value.get("message"), dict):
+        value = value["message"]
+    if not isinstance(value, dict) or "role" not in value:
+        raise InputError(
+            source,
+            "expected one chat message per line (an object with 'role', or one wrapping it "
+            f"under 'message'), found {_kind(value)}",
+            place,
+        )
+    return value
 
 
 def _require_objects(items: list[Any], places: list[str], source: str) -> list[dict[str, Any]]:
