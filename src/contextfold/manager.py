@@ -188,7 +188,10 @@ class ContextFold:
         self._state_dirty = False  # a committed pass not yet saved to the durable session
         self._last_persisted_budget: tuple[int, int | None] | None = None
         self.last_report: RequestReport | None = None
-        self.token_meter_stats: MeterStats | None = None
+        # What the meter knew at the last delivery, kept as its inputs: `token_meter_stats`
+        # builds the record when read (most requests are never asked about it).
+        self._meter_inputs: tuple[Any, ...] | None = None
+        self._meter_stats: MeterStats | None = None
         self._reset_history(History(self.counter, self.config.max_tool_result_bytes))
 
     # -- state -------------------------------------------------------------------------
@@ -293,7 +296,8 @@ class ContextFold:
     ) -> list[dict[str, Any]]:
         # Re-read every request (AGENTS.md and @mentions change); a failing factory fails
         # the request before anything is planned.
-        system_prompt = await resolve_system_prompt(self._system_prompt_factory)
+        factory = self._system_prompt_factory
+        system_prompt = None if factory is None else await resolve_system_prompt(factory)
         decision = await derive_budget(self.config, token_budget=token_budget, provider=provider)
         async with self._lock:
             if hard_fit and token_budget is not None:
@@ -673,16 +677,8 @@ class ContextFold:
             result=result,
             source=source,
         )
-        self.token_meter_stats = MeterStats(
-            mode=cfg.token_meter,
-            source=source,
-            estimate=estimate,
-            raw_estimate=before_raw,
-            measured=measured if source == "actual" else None,
-            last_actual=self._last_reading.actual if self._last_reading else None,
-            drift=self._drift(),
-            ratio=ratio,
-        )
+        self._meter_inputs = (source, estimate, before_raw, measured, self._last_reading, ratio)
+        self._meter_stats = None
         return self._deliver(
             delivered, delivered_raw, decision, report, result, system_prompt, share=share
         )
@@ -916,11 +912,22 @@ class ContextFold:
             return estimate, "estimate"
         return reading.actual + math.ceil((view_raw - reading.view_raw) * ratio), "actual"
 
-    def _drift(self) -> float | None:
-        reading = self._last_reading
-        if reading is None or not reading.view_raw:
-            return None
-        return round(reading.actual / reading.view_raw, 4)
+    @property
+    def token_meter_stats(self) -> MeterStats | None:
+        """What the meter knew when the last view was delivered; None before the first."""
+        if self._meter_stats is None and self._meter_inputs is not None:
+            source, estimate, raw_estimate, measured, reading, ratio = self._meter_inputs
+            self._meter_stats = MeterStats(
+                mode=self.config.token_meter,
+                source=source,
+                estimate=estimate,
+                raw_estimate=raw_estimate,
+                measured=measured if source == "actual" else None,
+                last_actual=reading.actual if reading else None,
+                drift=_drift(reading),
+                ratio=ratio,
+            )
+        return self._meter_stats
 
     def _find_reminders(self, bodies: Sequence[str], decision: BudgetDecision) -> list[int]:
         if isinstance(bodies, str):
@@ -962,27 +969,28 @@ class ContextFold:
         result: PassResult | None = None,
         source: str = "estimate",
     ) -> RequestReport:
+        # Positional, in field order (keywords cost a third more on every request).
         return RequestReport(
-            tokens_before=before,
-            tokens_after=after,
-            messages_before=messages_before,
-            messages_after=messages_after,
-            history_messages=len(self._history),
-            compacted=result is not None,
-            level=result.level if result else 0,
-            applied=list(result.changed) if result else [],
-            budget=decision.effective_budget,
-            trigger=trigger,
-            target=target,
-            hard_fit=hard_fit,
-            size_source=source,
-            counter=self.counter.name,
-            ratio=round(ratio, 4),
-            removed_total=self._removed_messages,
-            truncated_total=len(self._state.truncated),
-            floor_bound=self._missed_target_at is not None,
-            relaxed=result.relaxed if result else [],
-            repairs_total=len(self._history.repairs),
+            before,
+            after,
+            messages_before,
+            messages_after,
+            len(self._history.entries),
+            result is not None,  # compacted
+            result.level if result else 0,
+            list(result.changed) if result else [],  # applied
+            decision.effective_budget,
+            trigger,
+            target,
+            hard_fit,
+            source,  # size_source
+            self.counter.name,
+            round(ratio, 4),
+            self._removed_messages,  # removed_total
+            len(self._state.truncated),  # truncated_total
+            self._missed_target_at is not None,  # floor_bound
+            result.relaxed if result else [],
+            len(self._history.repairs),  # repairs_total
         )
 
     def _deliver(
@@ -1073,6 +1081,13 @@ class ContextFold:
 
 def _shared(message: dict[str, Any]) -> dict[str, Any]:
     return message
+
+
+def _drift(reading: UsageReading | None) -> float | None:
+    """The last reading's actual over the raw estimate of the view it answered."""
+    if reading is None or not reading.view_raw:
+        return None
+    return round(reading.actual / reading.view_raw, 4)
 
 
 def _looser_budget(tried: BudgetDecision, decision: BudgetDecision) -> BudgetDecision | None:

@@ -47,6 +47,29 @@ class RequestReport:
 
 
 _FIELDS = tuple(f.name for f in fields(RequestReport))
+# The manager builds reports positionally: this order is part of that call.
+assert _FIELDS == (
+    "tokens_before",
+    "tokens_after",
+    "messages_before",
+    "messages_after",
+    "history_messages",
+    "compacted",
+    "level",
+    "applied",
+    "budget",
+    "trigger",
+    "target",
+    "hard_fit",
+    "size_source",
+    "counter",
+    "ratio",
+    "removed_total",
+    "truncated_total",
+    "floor_bound",
+    "relaxed",
+    "repairs_total",
+)
 
 
 def compaction_event(

@@ -142,6 +142,8 @@ class CalibratedCounter:
         "_log_min",
         "_log_prior",
         "_log_tolerance",
+        "_name",
+        "_named",
         "_states",
         "agreement",
         "base",
@@ -193,12 +195,16 @@ class CalibratedCounter:
         self._states: dict[str | None, _ModelState] = {}
         self._last_model: str | None = None
         self._exact = isinstance(base, ExactCounter)
+        self._name, self._named = "", None  # `name`, and the base it was formatted for
 
     # -- counting: raw, delegated ------------------------------------------------------------
 
     @property
     def name(self) -> str:
-        return f"calibrated:{self.base.name}"
+        base = self.base
+        if self._named is not base:  # formatted once per base (read on every request)
+            self._name, self._named = f"calibrated:{base.name}", base
+        return self._name
 
     @property
     def request_overhead(self) -> int:
