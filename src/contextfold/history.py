@@ -22,7 +22,7 @@ from typing import Any
 from .common_shapes import admit_common_shape
 from .conventions import replaced_by_system_prompt, request_form
 from .ingress import IngressClip, cap_tool_result
-from .messages import Kind, MessageInfo, inspect_message, private_copy, to_plain
+from .messages import Kind, MessageInfo, inspect_message, private_copy, text_length, to_plain
 from .repair import (
     EMPTY_MESSAGE,
     INSIDE_CALL_GROUP,
@@ -102,6 +102,12 @@ class Appended:
     repairs: list[Repair]
 
 
+# Shortening rungs leave alone any message of this many characters or fewer (they skip
+# what is within `keep * k + LONG_TEXT_CHARS` of their budget): history lists the longer
+# ones as they are admitted, so a pass over a view of short messages visits none of them.
+LONG_TEXT_CHARS = 200
+
+
 @dataclass
 class History:
     """Append-only message log with running totals."""
@@ -120,6 +126,8 @@ class History:
     # developer messages are not among them), and their raw cost.
     system_prompts: list[int] = field(default_factory=list)
     system_prompt_raw: int = 0
+    # Entries whose view carries more than LONG_TEXT_CHARS characters of text.
+    long_texts: set[int] = field(default_factory=set)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -265,7 +273,7 @@ class History:
         if admission.view is not None and replaced_by_system_prompt(admission.message):
             self.system_prompts.append(index)
             self.system_prompt_raw += admission.cost
-        self.entries.append(entry)
+        self._add_entry(entry)
         self.raw_total += delta
         self.repairs.extend(repairs)
         return Appended(entry, delta, reordered, repairs)
@@ -308,7 +316,7 @@ class History:
                 view = request_form(orphan_note(message, results[0]))
                 stored, info = info, _answering(info, (), Kind.USER)
                 units.append(Unit([index]))
-                self.entries.append(Entry(message, info, cost, len(units) - 1, view, stored))
+                self._add_entry(Entry(message, info, cost, len(units) - 1, view, stored))
                 self.raw_total += cost
                 return
             elif (
@@ -341,8 +349,13 @@ class History:
                 pending.remove(call_id)
             if not pending:
                 self.open_unit = None
-        self.entries.append(Entry(message, info, cost, len(units) - 1, view, info))
+        self._add_entry(Entry(message, info, cost, len(units) - 1, view, info))
         self.raw_total += cost
+
+    def _add_entry(self, entry: Entry) -> None:
+        if entry.view is not None and text_length(entry.view) > LONG_TEXT_CHARS:
+            self.long_texts.add(len(self.entries))
+        self.entries.append(entry)
 
     def extend(self, messages: Iterable[Any]) -> list[IngressClip]:
         """Admit many messages; on the first refusal raise with its index (used on a fresh log)."""

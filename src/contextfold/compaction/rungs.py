@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import ClassVar, Protocol
 
-from ..messages import Kind
+from ..history import LONG_TEXT_CHARS
+from ..messages import Kind, text_length
 from . import settings
 from .tool_names import result_tool_names
 from .truncate import (
@@ -29,7 +30,6 @@ from .truncate import (
     shorten_prose,
     shorten_tool_result,
     strip_thinking,
-    text_length,
 )
 from .working import WorkingView
 
@@ -111,7 +111,7 @@ class TruncateToolResults:
         per_tool = bool(self.exempt_tools or self.tool_chars)
         default_keep = work.truncate_chars if self.chars is None else self.chars
         entries = work.history.entries
-        for index in work.kept_entries():
+        for index in work.long_kept_entries():
             if work.raw_total <= target_raw:
                 return
             if not _may_shorten(work, index, entries[index].info.kind, (Kind.TOOL_RESULT,)):
@@ -126,7 +126,7 @@ class TruncateToolResults:
                     keep = max(budgets)
             current, current_cost = work.current(index)
             # Shortening something already near `keep` saves nothing: skip it cheaply.
-            if text_length(current) <= keep * 2 + 200:
+            if text_length(current) <= keep * 2 + LONG_TEXT_CHARS:
                 continue
             short = shorten_tool_result(current, keep, index=index, shape=self.shape)
             _swap_if_smaller(work, index, short, current_cost, self.name)
@@ -148,14 +148,14 @@ class TruncateLongText:
     def apply(self, work: WorkingView, target_raw: int) -> None:
         keep = work.truncate_chars if self.chars is None else self.chars
         entries = work.history.entries
-        for index in work.kept_entries():
+        for index in work.long_kept_entries():
             if work.raw_total <= target_raw:
                 return
             kinds = (Kind.ASSISTANT, Kind.USER)
             if not _may_shorten(work, index, entries[index].info.kind, kinds):
                 continue
             current, current_cost = work.current(index)
-            if text_length(current) <= keep * 4 + 200:
+            if text_length(current) <= keep * 4 + LONG_TEXT_CHARS:
                 continue
             short = shorten_prose(current, keep, index=index)
             _swap_if_smaller(work, index, short, current_cost, self.name)

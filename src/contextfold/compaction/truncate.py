@@ -121,35 +121,6 @@ def clear_tool_result(message: Mapping[str, Any], placeholder: str) -> dict[str,
     return {**message, "content": placeholder}
 
 
-def text_length(message: Mapping[str, Any]) -> int:
-    """Characters of text a message carries (for choosing what is worth shortening)."""
-    content = message.get("content")
-    if isinstance(content, str):
-        return len(content)
-    if isinstance(content, list):
-        total = 0
-        for block in content:
-            if isinstance(block, Mapping):
-                if block.get("type") == "text":
-                    total += len(str(block.get("text", "")))
-                elif block.get("type") == "tool_result":
-                    total += _result_length(block.get("content"))
-                else:
-                    total += 200  # images and other blocks: worth shortening a result
-        return total
-    if content is None:
-        return 0
-    return len(json.dumps(content, ensure_ascii=False, default=str))
-
-
-def _result_length(content: Any) -> int:
-    if isinstance(content, str):
-        return len(content)
-    if isinstance(content, list):
-        return text_length({"content": content})
-    return 0 if content is None else len(str(content))
-
-
 def _shorten_result_content(content: Any, keep: int, index: int | None, shape: str) -> Any | None:
     if isinstance(content, str):
         return shorten_text(content, keep, index=index, shape=shape)

@@ -122,6 +122,7 @@ class WorkingView:
     summary_blocks: list[tuple[int, ...]] = field(default_factory=list)
     summary_free_blocks: int = 0
     changed: dict[str, int] = field(default_factory=dict)  # rung name -> changes this pass
+    _kept_entries: tuple[tuple[int, int], list[int]] | None = field(default=None, repr=False)
 
     def is_removed(self, entry_index: int) -> bool:
         return self.history.entries[entry_index].unit in self.state.removed_units
@@ -153,10 +154,22 @@ class WorkingView:
 
     def kept_entries(self) -> list[int]:
         """Entry indexes of the kept units, oldest first (history order)."""
-        units = self.history.units
-        # Nearly sorted already (view order differs only around a reordered group), so
-        # the sort is linear in practice.
-        return sorted(i for u in self.kept_units() for i in units[u].entries)
+        # Rungs that only shorten leave the kept units as they are, so the rungs of one
+        # round share the list until a unit leaves (the removed set only grows in a pass).
+        key = (len(self.state.removed_units), len(self.history.units))
+        if self._kept_entries is None or self._kept_entries[0] != key:
+            units = self.history.units
+            # Nearly sorted already (view order differs only around a reordered group), so
+            # the sort is linear in practice.
+            kept = sorted(i for u in self.kept_units() for i in units[u].entries)
+            self._kept_entries = (key, kept)
+        return self._kept_entries[1]
+
+    def long_kept_entries(self) -> list[int]:
+        """`kept_entries` carrying more than ``LONG_TEXT_CHARS`` characters of text: the
+        only ones a shortening rung can change."""
+        long_texts = self.history.long_texts
+        return [i for i in self.kept_entries() if i in long_texts]
 
     def _count(self, rung: str, n: int = 1) -> None:
         self.changed[rung] = self.changed.get(rung, 0) + n

@@ -1,0 +1,97 @@
+"""A compaction pass visits only what it can change: shortening rungs look at the messages
+history lists as long (`History.long_texts`), and the rungs of a round share one list of
+the view's entries. Neither may change what a pass decides."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from contextfold import ContextFold, ContextLengthError
+from contextfold.compaction import rungs
+from contextfold.compaction.working import WorkingView
+from contextfold.conventions import stamp_timestamp
+from contextfold.history import LONG_TEXT_CHARS
+from contextfold.messages import text_length
+from test_properties import configs, conversations
+
+MOMENT = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+async def views(
+    history: list[dict[str, Any]], budgets: list[int], config: dict[str, Any]
+) -> list[Any]:
+    """The views a growing conversation gets at each budget (an error where one is refused)."""
+    context = ContextFold(config)
+    seen: list[Any] = []
+    for message, budget in zip(history, budgets, strict=False):
+        # Stamped once, at a fixed time: the two runs must differ in nothing else.
+        await context.add_message(stamp_timestamp(message, now=MOMENT))
+        try:
+            seen.append(await context.get_messages_for_request(token_budget=budget))
+        except ContextLengthError as error:
+            seen.append(("refused", error.required_tokens))
+    return seen
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    history=conversations(),
+    budgets=st.lists(st.integers(300, 12_000), min_size=60, max_size=60),
+    config=configs,
+)
+def test_skipping_short_messages_changes_no_view(
+    history: list[dict[str, Any]], budgets: list[int], config: dict[str, Any]
+) -> None:
+    fast = asyncio.run(views(history, budgets, config))
+    with pytest.MonkeyPatch.context() as patch:
+        # Every kept entry offered to the shortening rungs, as before the list existed.
+        patch.setattr(WorkingView, "long_kept_entries", WorkingView.kept_entries)
+        slow = asyncio.run(views(history, budgets, config))
+    assert fast == slow
+
+
+def test_history_lists_exactly_the_long_messages() -> None:
+    async def run() -> None:
+        context = ContextFold({"token_counter": "heuristic"})
+        texts = ["x" * LONG_TEXT_CHARS, "y" * (LONG_TEXT_CHARS + 1), "", "short"]
+        for text in texts:
+            await context.add_message({"role": "user", "content": text})
+        await context.add_message(
+            {"role": "user", "content": [{"type": "text", "text": "z" * 300}]}
+        )
+        history = context._history
+        expected = {
+            i for i, e in enumerate(history.entries) if text_length(e.view) > LONG_TEXT_CHARS
+        }
+        assert history.long_texts == expected == {1, 4}
+
+    asyncio.run(run())
+
+
+def test_a_pass_over_short_messages_looks_at_none_of_them(monkeypatch) -> None:
+    looked: list[int] = []
+    original = rungs._may_shorten
+
+    def counting(work: WorkingView, index: int, *args: Any) -> bool:
+        looked.append(index)
+        return original(work, index, *args)
+
+    monkeypatch.setattr(rungs, "_may_shorten", counting)
+
+    async def run() -> None:
+        context = ContextFold({"token_counter": "heuristic"})
+        for turn in range(400):
+            await context.add_message({"role": "user", "content": f"What is item {turn}?"})
+            await context.add_message({"role": "assistant", "content": f"Item {turn} is ok."})
+        await context.get_messages_for_request(token_budget=1_000)
+        assert context.last_report.compacted
+        assert context.last_report.applied == ["drop_oldest"]
+
+    asyncio.run(run())
+    assert looked == []
