@@ -144,3 +144,99 @@ def test_blank_lines_keep_their_numbers_in_places(tmp_path: Path) -> None:
     path.write_text('\n{"role": "user"}\n  \n\n{"role": "assistant"}\n{"role": "user"}\n\n')
     conversation = read_conversation(path)
     assert conversation.places == ["line 2", "line 5", "line 6"]
+
+
+# -- the JSON report -------------------------------------------------------------------------
+
+
+def reference_json_text(value: Any, indent: str = "") -> str:
+    """The report's layout the plain way: ``json.dumps`` for anything that goes on one line."""
+
+    def is_row(value: Any) -> bool:
+        if not isinstance(value, dict):
+            return not any(isinstance(item, dict | list | tuple) for item in value)
+        return not any(
+            isinstance(item, dict) or (isinstance(item, list | tuple) and not is_row(item))
+            for item in value.values()
+        )
+
+    if not isinstance(value, dict | list | tuple) or is_row(value):
+        return json.dumps(value, ensure_ascii=False)
+    inner = indent + "  "
+    if isinstance(value, dict):
+        parts = [
+            f"\n{inner}"
+            + json.dumps(key if isinstance(key, str) else json.dumps(key), ensure_ascii=False)
+            + ": "
+            + reference_json_text(item, inner)
+            for key, item in value.items()
+        ]
+        return "{" + ",".join(parts) + "\n" + indent + "}"
+    parts = [f"\n{inner}" + reference_json_text(item, inner) for item in value]
+    return "[" + ",".join(parts) + "\n" + indent + "]"
+
+
+class Number(int):
+    """An int subclass: json writes it as an int."""
+
+
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()  # NaN and infinities included: json writes NaN, Infinity
+    | st.text(max_size=5)
+    | st.sampled_from(["\ud800", "é", '"', "\\", "%s", "a, b", "}, {", "\u2028"])
+    | st.integers().map(Number)
+)
+values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=4) | st.integers() | st.booleans(), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+row_keys = st.lists(st.sampled_from(["a", "b", "c%", 'd"', "é"]), unique=True, max_size=5)
+
+
+@st.composite
+def rows(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Rows sharing their keys (as a replay's do), now and then one that does not."""
+    keys = draw(row_keys)
+    count = draw(st.integers(0, 6))
+    made = [{key: draw(values) for key in keys} for _ in range(count)]
+    if made and draw(st.booleans()):
+        made.insert(
+            draw(st.integers(0, len(made))),
+            draw(st.dictionaries(st.text(max_size=3), values, max_size=3)),
+        )
+    return made
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.text(max_size=6), values | rows(), max_size=5))
+def test_the_report_is_written_as_the_plain_layout_writes_it(
+    tmp_path_factory: pytest.TempPathFactory, data: dict[str, Any]
+) -> None:
+    from contextfold.cli.report import write_json
+
+    try:
+        expected = (reference_json_text(data) + "\n").encode("utf-8", "backslashreplace")
+    except ValueError:
+        return  # an integer too long to write: json refuses it either way
+    path = write_json(tmp_path_factory.mktemp("json") / "report.json", data)
+    assert path.read_bytes() == expected
+
+
+def test_a_replay_report_is_written_as_the_plain_layout_writes_it(tmp_path: Path) -> None:
+    from contextfold.cli.replay import replay_messages
+    from contextfold.cli.report import write_json
+    from support import agent_run
+
+    result = replay_messages(agent_run(20, result_chars=1200), {}, 8_000)
+    data = {"source": "x", "effective_config": {"strategies": ["a", "b"]}} | result.to_dict()
+    path = write_json(tmp_path / "replay.json", data)
+    assert path.read_bytes() == (reference_json_text(data) + "\n").encode()
+    assert result.totals.compactions > 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,44 +46,90 @@ def write_json(path: Path, data: Mapping[str, Any]) -> Path:
     Containers are indented, but one holding nothing deeper than a container of plain values
     is written on one line: a replay's rows stay one to a line, and they are encoded at C
     speed (the json module's indenting encoder is pure Python: half a million rows took
-    seconds)."""
-    text = "".join(_json_chunks(data, "")) + "\n"
-    return write_output_file(path, text.encode("utf-8", "backslashreplace"))
+    seconds). Each line is what ``json.dumps(value, ensure_ascii=False)`` writes."""
+    chunks: list[str] = []
+    _json_chunks(data, "", chunks, _line_encoder())
+    chunks.append("\n")
+    return write_output_file(path, "".join(chunks).encode("utf-8", "backslashreplace"))
 
 
 _CONTAINERS = (dict, list, tuple)
+# What json writes as a plain value (exact types: a subclass takes the general path).
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
-def _json_chunks(value: Any, indent: str) -> Iterator[str]:
+def _line_encoder() -> Callable[[Any], str]:
+    """``json.dumps(value, ensure_ascii=False)``, without building an encoder per call: the
+    C encoder ``json.dumps`` itself uses, made once (one per file, so its cycle check starts
+    clean) with the very settings ``json.dumps`` passes it."""
+    make = json.encoder.c_make_encoder
+    if make is None:  # no C accelerator: json.dumps is the same thing, only slower
+        return lambda value: json.dumps(value, ensure_ascii=False)
+    defaults = json.JSONEncoder(ensure_ascii=False)
+    encoder = make(
+        {},  # markers: json.dumps's circular-reference check
+        defaults.default,
+        json.encoder.encode_basestring,
+        None,  # no indent: one line
+        defaults.key_separator,
+        defaults.item_separator,
+        defaults.sort_keys,
+        defaults.skipkeys,
+        defaults.allow_nan,
+    )
+    join = "".join
+    return lambda value: join(encoder(value, 0))
+
+
+def _json_chunks(value: Any, indent: str, out: list[str], encode: Callable[[Any], str]) -> None:
     if not isinstance(value, _CONTAINERS) or _is_row(value):
-        yield json.dumps(value, ensure_ascii=False)  # one line, encoded at C speed
+        out.append(encode(value))  # one line, encoded at C speed
         return
     inner = indent + "  "
     if isinstance(value, dict):
-        yield "{"
+        out.append("{")
         for position, (key, item) in enumerate(value.items()):
             name = key if isinstance(key, str) else json.dumps(key)  # as json names keys
-            yield f"{',' if position else ''}\n{inner}{json.dumps(name, ensure_ascii=False)}: "
-            yield from _json_chunks(item, inner)
-        yield "\n" + indent + "}"
-    else:
-        yield "["
-        for position, item in enumerate(value):
-            yield ("," if position else "") + "\n" + inner
-            yield from _json_chunks(item, inner)
-        yield "\n" + indent + "]"
+            out.append(f"{',' if position else ''}\n{inner}{encode(name)}: ")
+            _json_chunks(item, inner, out, encode)
+        out.append("\n" + indent + "}")
+        return
+    out.append("[")
+    separator = "\n" + inner
+    for item in value:
+        out.append(separator)
+        separator = ",\n" + inner
+        if type(item) in _SCALARS or _is_row(item):  # a list of rows: one to a line
+            out.append(encode(item))
+        else:
+            _json_chunks(item, inner, out, encode)
+    out.append("\n" + indent + "]")
 
 
-def _is_row(value: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> bool:
+def _is_row(value: Any) -> bool:
     """Whether a container goes on one line: a list of plain values, or a dict of plain
     values and such lists (a replay's row with its list of rungs). A list of rows is not one:
-    its rows go one to a line."""
-    if not isinstance(value, dict):
+    its rows go one to a line. (False for what is not a container.)"""
+    if isinstance(value, dict):
+        items: Any = value.values()
+    elif isinstance(value, list | tuple):
         return not any(isinstance(item, _CONTAINERS) for item in value)
-    for item in value.values():
+    else:
+        return False
+    kinds = set(map(type, items))
+    if kinds <= _SCALARS:
+        return True
+    if kinds <= _SCALARS_AND_LIST and all(  # a row: lists of plain values
+        set(map(type, item)) <= _SCALARS for item in items if type(item) is list
+    ):
+        return True
+    for item in items:
         if isinstance(item, dict) or (isinstance(item, _CONTAINERS) and not _is_row(item)):
             return False
     return True
+
+
+_SCALARS_AND_LIST = _SCALARS | {list}
 
 
 # -- demo ------------------------------------------------------------------------------------
