@@ -161,3 +161,43 @@ def test_the_admission_stamp_never_changes_a_classification(
     bare = {"role": role, "content": content}
     if not metadata:
         assert inspect_message(stamped, index=0) == inspect_message(bare, index=0)
+
+
+class _CountingList(list):
+    """A list that counts how often it is walked."""
+
+    walks = 0
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        type(self).walks += 1
+        return super().__iter__()
+
+
+def test_closing_a_group_with_unanswered_calls_never_walks_every_earlier_repair() -> None:
+    """Each closing turn reports its group's unanswered calls once, looked up by group: a
+    transcript of many such faults costs in proportion to them, not to their square."""
+    from contextfold.history import History
+    from contextfold.tokens import HeuristicCounter
+
+    history = History(HeuristicCounter(), 10_000)
+    history.repairs = _CountingList()
+    for turn in range(300):
+        history.append(
+            history.prepare(
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {
+                            "id": f"c{turn}",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": "{}"},
+                        }
+                    ],
+                }
+            )
+        )
+        history.provisional_repairs()  # a request while the group is open
+    unanswered = [r for r in list.__iter__(history.repairs) if r.kind == "unanswered_call"]
+    assert len(unanswered) == 299  # every group but the open last one, once each
+    assert _CountingList.walks == 0

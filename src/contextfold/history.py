@@ -128,6 +128,8 @@ class History:
     system_prompt_raw: int = 0
     # Entries whose view carries more than LONG_TEXT_CHARS characters of text.
     long_texts: set[int] = field(default_factory=set)
+    # Unanswered calls already reported, by the index of the turn that made them.
+    reported_unanswered: dict[int, set[str]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -402,15 +404,19 @@ class History:
         return found
 
     def _unreported_calls(self, unit_index: int, call_ids: tuple[str, ...]) -> list[Repair]:
+        """The repair for those of a group's unanswered ``call_ids`` not reported yet, now
+        counted as reported (every caller records what this returns)."""
+        if not call_ids:
+            return []
         start = self.units[unit_index].start
-        reported = {
-            call_id
-            for r in self.repairs
-            if r.kind == UNANSWERED_CALL and r.index == start
-            for call_id in r.call_ids
-        }
+        # By group, not a scan of every repair so far: a transcript full of faults would
+        # make each closing turn cost all the faults before it.
+        reported = self.reported_unanswered.setdefault(start, set())
         new = tuple(call_id for call_id in call_ids if call_id not in reported)
-        return [Repair(UNANSWERED_CALL, start, new)] if new else []
+        if not new:
+            return []
+        reported.update(new)
+        return [Repair(UNANSWERED_CALL, start, new)]
 
     # -- reading -----------------------------------------------------------------------
 
