@@ -8,6 +8,8 @@ import logging
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from contextfold.tokens import (
     COUNTER_KINDS,
@@ -514,3 +516,28 @@ def test_bad_input_gets_clear_errors(counter: TokenCounter) -> None:
 
 def test_special_token_text_is_counted_not_refused() -> None:
     assert EXACT.count_text("<|endoftext|>") > 1
+
+
+_TEXTS = st.one_of(st.text(max_size=30), st.sampled_from(["", "bad \ud800", "héllo wörld"]))
+
+
+@given(
+    role=st.one_of(st.sampled_from(["user", "assistant", "tool", "system", ""]), st.none()),
+    content=st.one_of(_TEXTS, st.none(), st.just([{"type": "text", "text": "hi"}])),
+    call_id=st.one_of(st.none(), _TEXTS, st.just(7)),
+    extra=st.sampled_from([None, "metadata", "name", "tool_calls"]),
+)
+@settings(max_examples=300, deadline=None)
+def test_a_text_message_counts_as_its_parts(role, content, call_id, extra) -> None:
+    """The direct count of a role-and-text message is the count of its walked parts."""
+    from contextfold.tokens.serialize import message_parts
+
+    counter = ExactCounter()
+    message: dict = {"role": role, "content": content}
+    if call_id is not None:
+        message["tool_call_id"] = call_id
+    if extra == "metadata":
+        message["metadata"] = {"timestamp": "2026-12-01T00:00:00.000+00:00"}
+    elif extra is not None:
+        message[extra] = "x" if extra == "name" else []
+    assert counter.count_message(message) == counter._count_parts(message_parts(message))

@@ -17,13 +17,15 @@ from contextfold.tokens.framing import (
     tool_schema_tokens,
 )
 from contextfold.tokens.media import document_tokens, opaque_tokens, openai_image_tokens
-from contextfold.tokens.serialize import message_parts
+from contextfold.tokens.serialize import MessageParts, message_parts
 
 __all__ = ["ExactCounter"]
 
 # Role names remembered per counter (a message's role is one of six once admitted; the
 # bound only keeps odd input from growing the table).
 _MAX_ROLES = 32
+# The keys of a message `count_message` counts without walking it (metadata is never sent).
+_TEXT_MESSAGE_KEYS = frozenset({"role", "content", "tool_call_id", "metadata"})
 
 
 class ExactCounter:
@@ -83,17 +85,43 @@ class ExactCounter:
         return len(self._encode(text)) if text else 0
 
     def count_message(self, message: Mapping[str, Any]) -> int:
-        parts = message_parts(message)
+        # Nearly every message is a role and one text (a tool's with its call id), plus the
+        # admission stamp, which is never counted: counted directly, as its parts would be.
+        if type(message) is dict and message.keys() <= _TEXT_MESSAGE_KEYS:
+            role = message.get("role")
+            content = message.get("content")
+            call_id = message.get("tool_call_id")
+            if (
+                type(role) is str
+                and type(content) is str
+                and (call_id is None or type(call_id) is str)
+            ):
+                try:
+                    tokens = TOKENS_PER_MESSAGE + (self._role_cost(role) if role else 0)
+                    if content:
+                        tokens += len(self._encode_valid(content))
+                    if call_id:
+                        tokens += len(self._encode_valid(call_id))
+                    return tokens
+                except UnicodeEncodeError:
+                    pass  # a lone surrogate: the parts path retries it as tiktoken does
+        return self._count_parts(message_parts(message))
+
+    def _role_cost(self, role: str) -> int:
+        role_tokens = self._role_tokens.get(role)
+        if role_tokens is None:
+            role_tokens = len(self._encode(role))
+            if len(self._role_tokens) < _MAX_ROLES:
+                self._role_tokens[role] = role_tokens
+        return role_tokens
+
+    def _count_parts(self, parts: MessageParts) -> int:
+        """Tokens of a message walked into its parts (the general path)."""
         encode = self._encode_valid
         tokens = TOKENS_PER_MESSAGE + TOKENS_PER_TOOL_CALL * parts.tool_calls
         role = parts.role
         if role:
-            role_tokens = self._role_tokens.get(role)
-            if role_tokens is None:
-                role_tokens = len(self._encode(role))
-                if len(self._role_tokens) < _MAX_ROLES:
-                    self._role_tokens[role] = role_tokens
-            tokens += role_tokens
+            tokens += self._role_cost(role)
         if parts.name is not None:
             tokens += TOKENS_PER_NAME + len(self._encode(parts.name))
         base = tokens
