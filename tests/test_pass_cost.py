@@ -14,11 +14,12 @@ from hypothesis import strategies as st
 
 from contextfold import ContextFold, ContextLengthError
 from contextfold.compaction import rungs
+from contextfold.compaction.planner import view_raw_total
 from contextfold.compaction.working import WorkingView
 from contextfold.conventions import stamp_timestamp
 from contextfold.history import LONG_TEXT_CHARS
 from contextfold.messages import text_length
-from test_properties import configs, conversations
+from test_properties import configs, conversations, faulty_conversations
 
 MOMENT = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -36,6 +37,8 @@ async def views(
             seen.append(await context.get_messages_for_request(token_budget=budget))
         except ContextLengthError as error:
             seen.append(("refused", error.required_tokens))
+        # The running total a pass starts from is the walked total of the sticky view.
+        assert context._view_raw == view_raw_total(context._history, context._state)
     return seen
 
 
@@ -52,6 +55,28 @@ def test_skipping_short_messages_changes_no_view(
     with pytest.MonkeyPatch.context() as patch:
         # Every kept entry offered to the shortening rungs, as before the list existed.
         patch.setattr(WorkingView, "long_kept_entries", WorkingView.kept_entries)
+        slow = asyncio.run(views(history, budgets, config))
+    assert fast == slow
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    history=st.one_of(conversations(), faulty_conversations()),
+    budgets=st.lists(st.integers(300, 12_000), min_size=60, max_size=60),
+    config=configs,
+)
+def test_removing_turns_together_changes_no_view(
+    history: list[dict[str, Any]], budgets: list[int], config: dict[str, Any]
+) -> None:
+    """drop_oldest removes its turns in one update; one at a time gave the same views."""
+    fast = asyncio.run(views(history, budgets, config))
+
+    def one_at_a_time(work: WorkingView, unit_indexes: Any, raw_cost: int, rung: str) -> None:
+        for unit_index in unit_indexes:
+            work.remove_unit(unit_index, rung)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(WorkingView, "remove_units", one_at_a_time)
         slow = asyncio.run(views(history, budgets, config))
     assert fast == slow
 

@@ -53,3 +53,22 @@ def test_a_long_removal_is_one_run() -> None:
     units.discard(50_000)  # a retained reminder back in the view
     assert units.runs() == [(2, 50_000), (50_001, 100_000)]
     assert len(units) == 99_997
+
+
+@given(
+    st.lists(st.integers(0, 120), max_size=40),
+    st.lists(st.integers(0, 120), max_size=60),
+)
+def test_updating_with_many_members_at_once_matches_adding_each(
+    before: list[int], added: list[int]
+) -> None:
+    merged = UnitSet(before)
+    merged.update(added)  # 16 or more: merged as runs
+    one_by_one = UnitSet(before)
+    for unit in added:
+        one_by_one.add(unit)
+    assert merged == one_by_one
+    assert merged.runs() == one_by_one.runs()
+    assert len(merged) == len(set(before) | set(added))
+    assert all(end > start for start, end in merged.runs())
+    assert all(a[1] < b[0] for a, b in pairwise(merged.runs()))  # disjoint, not adjacent

@@ -640,6 +640,9 @@ class ContextFold:
                 **self._pass_settings(),
                 summary_blocks=blocks,
                 summary_free_blocks=free,
+                # The running total, kept on every admission and commit, spares the pass a
+                # walk of the view; an adopted summary state is another view: walked.
+                sticky_raw=self._view_raw if base is self._state else None,
             )
             result = compact(ladder=ladder)
             if result.state.pending_summary:

@@ -66,6 +66,7 @@ def run_pass(
     ladder: Sequence[Rung] = DEFAULT_LADDER,
     summary_blocks: Sequence[tuple[int, ...]] = (),
     summary_free_blocks: int = 0,
+    sticky_raw: int | None = None,
 ) -> PassResult:
     """Compact a copy of ``sticky`` toward ``target_raw`` raw tokens, protection permitting.
 
@@ -75,6 +76,8 @@ def run_pass(
     while it is above this limit and can still shrink. ``budget_raw`` is the hard limit
     (messages and notice): while the view exceeds it, soft protections yield one step at
     a time (see `relaxation`), and the notice is fitted to whatever room is left.
+    ``sticky_raw``, when the caller keeps it, is the raw total of ``sticky``'s view (what
+    `view_raw_total` would find by walking it).
     """
     if limit_raw is None:
         limit_raw = target_raw
@@ -107,7 +110,11 @@ def run_pass(
         state=state,
         protection=protect(),
         counter=counter,
-        raw_total=view_raw_total(history, state),
+        raw_total=(
+            sticky_raw
+            if sticky_raw is not None and not retained
+            else view_raw_total(history, state)
+        ),
         truncate_chars=truncate_chars,
         limit_raw=limit_raw,
         summary_blocks=list(summary_blocks),

@@ -176,14 +176,23 @@ class DropOldest:
 
     def apply(self, work: WorkingView, target_raw: int) -> None:
         units = work.history.units
+        unit_cost = work.history.unit_cost
+        truncated = work.state.truncated
         candidates = [u for u in work.kept_units() if not work.protection.unit_reason(u)]
-        removable = sum(work.history.unit_cost(units[u], work.state.truncated) for u in candidates)
-        reaches_target = work.raw_total - removable <= target_raw
+        costs = [unit_cost(units[u], truncated) for u in candidates]
+        reaches_target = work.raw_total - sum(costs) <= target_raw
         stop_at = target_raw if reaches_target else max(target_raw, work.limit_raw)
-        for unit_index in candidates:
-            if work.raw_total <= stop_at:
-                return
-            work.remove_unit(unit_index, self.name)
+        # The oldest candidates leave, one after another, until the view is at `stop_at`:
+        # found on the costs, then removed together.
+        total = work.raw_total
+        leaving = 0
+        for cost in costs:
+            if total <= stop_at:
+                break
+            total -= cost
+            leaving += 1
+        if leaving:
+            work.remove_units(candidates[:leaving], work.raw_total - total, self.name)
 
 
 DEFAULT_LADDER: tuple[Rung, ...] = (

@@ -13,6 +13,9 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 
+# From this many new members on, `UnitSet.update` merges runs instead of adding each.
+_MERGE_FROM = 16
+
 
 class UnitSet:
     """Unit indexes as sorted, disjoint, non-adjacent half-open runs ``[start, end)``."""
@@ -148,8 +151,26 @@ class UnitSet:
         self._size += 1
 
     def update(self, units: Iterable[int]) -> None:
-        for unit in units:
-            self.add(unit)
+        units = list(units)
+        if len(units) < _MERGE_FROM:
+            for unit in units:
+                self.add(unit)
+            return
+        # Many at once (a pass removing a long stretch of turns): merged as runs, in time
+        # proportional to the runs and the new members, not a search and insert for each.
+        runs = self.runs()
+        start = end = None
+        for unit in sorted(set(units)):
+            if unit == end:
+                end += 1
+                continue
+            if start is not None:
+                runs.append((start, end))
+            start, end = unit, unit + 1
+        if start is not None:
+            runs.append((start, end))
+        merged = UnitSet.from_runs(runs)
+        self._starts, self._ends, self._size = merged._starts, merged._ends, merged._size
 
     def discard(self, unit: int) -> None:
         starts, ends = self._starts, self._ends

@@ -7,6 +7,7 @@ the sticky state exactly as it was.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +84,19 @@ class FoldState:
             self.stripped.discard(index)
             self.shortened.discard(index)
 
+    def remove_units(self, removed: Sequence[tuple[int, list[int]]]) -> None:
+        """`remove_unit` for many ``(unit index, its entries)`` at once, in one update of
+        the removed set (the oldest turns of a long view leave together)."""
+        leaving = [(u, entries) for u, entries in removed if u not in self.removed_units]
+        self.removed_units.update(u for u, _ in leaving)
+        self.removed_messages += sum(len(entries) for _, entries in leaving)
+        if self.truncated or self.stripped or self.shortened:  # records go with their unit
+            for _, entries in leaving:
+                for index in entries:
+                    self.truncated.pop(index, None)
+                    self.stripped.discard(index)
+                    self.shortened.discard(index)
+
     def summarize_unit(self, unit_index: int, entries: list[int]) -> None:
         """The unit leaves the view with the summary standing for it."""
         self.remove_unit(unit_index, entries)
@@ -148,6 +162,14 @@ class WorkingView:
         self.state.remove_unit(unit_index, unit.entries)
         self._count(rung, len(unit.entries))
         return len(unit.entries)
+
+    def remove_units(self, unit_indexes: Sequence[int], raw_cost: int, rung: str) -> None:
+        """Remove whole units at once; ``raw_cost`` is what they cost in the view now."""
+        units = self.history.units
+        removed = [(u, units[u].entries) for u in unit_indexes]
+        self.raw_total -= raw_cost
+        self.state.remove_units(removed)
+        self._count(rung, sum(len(entries) for _, entries in removed))
 
     def kept_units(self) -> list[int]:
         return self.state.kept_units(len(self.history.units))
