@@ -240,3 +240,129 @@ def test_a_replay_report_is_written_as_the_plain_layout_writes_it(tmp_path: Path
     path = write_json(tmp_path / "replay.json", data)
     assert path.read_bytes() == (reference_json_text(data) + "\n").encode()
     assert result.totals.compactions > 0
+
+
+# -- the replay's rows and totals ------------------------------------------------------------
+
+
+def test_rows_behave_as_the_frozen_dataclass_they_are() -> None:
+    import copy
+    import dataclasses
+    import pickle
+
+    from contextfold.cli.replay import ReplayRow, _new_row
+
+    values = (3, 9, 120, 130, 90, 9, 6, True, 2, ["drop_oldest"], 100, 92, 4, 40, 0.44)
+    names = [field.name for field in dataclasses.fields(ReplayRow)]
+    assert names[:3] == ["request", "history_messages", "history_tokens"] and len(names) == 15
+    row = ReplayRow(**dict(zip(names, values, strict=True)))
+    assert row == ReplayRow(*values) == _new_row(values)
+    assert row != dataclasses.replace(row, level=3)
+    assert dataclasses.replace(row, level=3).level == 3
+    assert [getattr(row, name) for name in names] == list(values)
+    assert dataclasses.asdict(row) == dict(zip(names, values, strict=True))
+    assert dataclasses.astuple(row) == values
+    assert repr(row).startswith("ReplayRow(request=3, history_messages=9, ")
+    assert not row.over_budget and dataclasses.replace(row, tokens_after=101).over_budget
+    for name in (*names, "other"):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(row, name, 1)
+    assert pickle.loads(pickle.dumps(row)) == row
+    deep = copy.deepcopy(row)
+    assert deep == row and deep.applied is not row.applied
+    assert copy.copy(row) == row
+    assert row != values  # a row is not a tuple
+
+
+def reference_totals(rows: list[Any]) -> dict[str, Any]:
+    later = rows[1:]
+    later_sent = sum(row.tokens_after for row in later)
+    before = sum(row.history_tokens for row in rows)
+    sent = sum(row.tokens_after for row in rows)
+    return {
+        "requests": len(rows),
+        "compactions": sum(1 for row in rows if row.compacted),
+        "levels_used": sorted({row.level for row in rows if row.level > 0}),
+        "rungs_used": sorted({rung for row in rows for rung in row.applied}),
+        "largest_history": max(row.history_tokens for row in rows),
+        "largest_after": max(row.tokens_after for row in rows),
+        "history_tokens_total": before,
+        "tokens_sent_total": sent,
+        "saved_share": 1 - sent / before if before else 0.0,
+        "prefix_share": sum(row.prefix_tokens for row in later) / later_sent if later_sent else 0.0,
+        "over_budget_requests": sum(1 for row in rows if row.over_budget),
+        "budget": rows[-1].budget,
+        "trigger": rows[-1].trigger,
+    }
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 10**6),
+            st.integers(0, 10**6),
+            st.booleans(),
+            st.integers(0, 4),
+            st.lists(st.sampled_from(["drop_oldest", "truncate_long_text", "x"]), max_size=2),
+            st.integers(1, 10**6),
+            st.integers(0, 10**6),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_totals_read_from_columns_are_the_rows_totals(draws: list[tuple[Any, ...]]) -> None:
+    from contextfold.cli.replay import ReplayRow, _totals
+
+    rows = [
+        ReplayRow(
+            n + 1, n, history, 0, after, 0, 0, compacted, level, applied, budget, 9, 0, prefix, 0.0
+        )
+        for n, (history, after, compacted, level, applied, budget, prefix) in enumerate(draws)
+    ]
+    messages = [{"role": "user", "content": "q"}]
+    totals = dataclasses_asdict(_totals(rows, messages, messages))
+    assert {key: totals[key] for key in reference_totals(rows)} == reference_totals(rows)
+
+
+def dataclasses_asdict(value: Any) -> dict[str, Any]:
+    import dataclasses
+
+    return dataclasses.asdict(value)
+
+
+def test_the_replay_result_is_not_formatted_on_the_way_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """asyncio.run formats the repr of its main task (with its result) when it restores the
+    SIGINT handler; a replay's result (every row) must not be that result."""
+    from contextfold.cli.replay import ReplayResult, ReplayRow, replay_messages
+
+    reprs: list[str] = []
+
+    def counted(self: Any) -> str:
+        reprs.append(type(self).__name__)
+        return "..."
+
+    monkeypatch.setattr(ReplayResult, "__repr__", counted)
+    monkeypatch.setattr(ReplayRow, "__repr__", counted)
+    messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    result = replay_messages(messages, {}, 8_000)
+    assert len(result.rows) == 2
+    assert reprs == []
+
+
+def test_a_replay_does_not_copy_or_change_the_messages_it_is_given() -> None:
+    from types import MappingProxyType
+
+    from contextfold.cli.replay import replay_messages
+    from support import agent_run
+
+    messages = agent_run(6, result_chars=300)
+    before = json.dumps(messages, sort_keys=True)
+    plain = replay_messages(messages, {}, 8_000)
+    assert json.dumps(messages, sort_keys=True) == before
+    # Any other mapping is turned into a dict first, as before: the same replay.
+    proxied = replay_messages([MappingProxyType(m) for m in messages], {}, 8_000)
+    assert proxied.to_dict() == plain.to_dict()

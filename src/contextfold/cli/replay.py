@@ -17,6 +17,7 @@ import gc
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from operator import gt
 from typing import Any
 
 from amplifier_core.models import ModelInfo, ProviderInfo
@@ -45,9 +46,17 @@ class ReplayError(ValueError):
         self.problem = problem
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ReplayRow:
-    """One request the context manager delivered during the replay."""
+    """One request the context manager delivered during the replay.
+
+    A frozen dataclass (``dataclasses.asdict``, ``replace``, equality and ``repr`` work as
+    on any), whose fields are stored together in one tuple: a million-message replay makes
+    half a million rows, and filling fifteen attributes one by one was the largest part of
+    a replay's own work per request.
+    """
+
+    __slots__ = ("_values",)
 
     request: int  # 1-based
     history_messages: int  # messages admitted when this request was made
@@ -65,9 +74,82 @@ class ReplayRow:
     prefix_tokens: int
     prefix_share: float  # prefix_tokens / tokens of this view (0 for the first request)
 
+    def __init__(
+        self,
+        request: int,
+        history_messages: int,
+        history_tokens: int,
+        tokens_before: int,
+        tokens_after: int,
+        messages_before: int,
+        messages_after: int,
+        compacted: bool,
+        level: int,
+        applied: list[str],
+        budget: int,
+        trigger: int,
+        prefix_messages: int,
+        prefix_tokens: int,
+        prefix_share: float,
+    ) -> None:
+        _set_values(
+            self,
+            "_values",
+            (
+                request,
+                history_messages,
+                history_tokens,
+                tokens_before,
+                tokens_after,
+                messages_before,
+                messages_after,
+                compacted,
+                level,
+                applied,
+                budget,
+                trigger,
+                prefix_messages,
+                prefix_tokens,
+                prefix_share,
+            ),
+        )
+
     @property
     def over_budget(self) -> bool:
-        return self.tokens_after > self.budget
+        values = self._values
+        return values[_TOKENS_AFTER] > values[_BUDGET]
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickle and copy: rebuilt through __init__
+        return (type(self), self._values)
+
+
+_set_values = object.__setattr__  # a frozen dataclass sets its fields this way too
+# The fields in order; each is read from the row's tuple (set after the dataclass is made,
+# so the readers are not taken for defaults).
+_ROW_FIELDS = tuple(ReplayRow.__dataclass_fields__)
+
+
+def _field_reader(position: int) -> property:
+    def read(row: ReplayRow) -> Any:
+        return row._values[position]
+
+    return property(read)
+
+
+for _position, _name in enumerate(_ROW_FIELDS):
+    setattr(ReplayRow, _name, _field_reader(_position))
+_TOKENS_AFTER, _APPLIED, _BUDGET = (
+    _ROW_FIELDS.index(name) for name in ("tokens_after", "applied", "budget")
+)
+
+
+def _new_row(
+    values: tuple[Any, ...], _new: Any = object.__new__, _cls: Any = ReplayRow
+) -> ReplayRow:
+    """A row from its values in field order, without the keyword call: the replay's path."""
+    row = _new(_cls)
+    _set_values(row, "_values", values)
+    return row
 
 
 @dataclass(frozen=True)
@@ -118,7 +200,11 @@ class ReplayResult:
 def _row_dict(row: ReplayRow) -> dict[str, Any]:
     """``asdict(row)`` plus ``over_budget``, without asdict's recursive deep copy: a row's
     only container is its list of rung names, and a million-message replay has 500,000 rows."""
-    return {**row.__dict__, "applied": list(row.applied), "over_budget": row.over_budget}
+    values = row._values
+    fields = dict(zip(_ROW_FIELDS, values, strict=True))
+    fields["applied"] = list(values[_APPLIED])
+    fields["over_budget"] = values[_TOKENS_AFTER] > values[_BUDGET]
+    return fields
 
 
 class ReplayModel:
@@ -184,17 +270,27 @@ def replay_messages(
     have been admitted, every :data:`PROGRESS_EVERY` messages and at the end.
     Use :func:`replay_messages_async` from inside a running event loop.
     """
-    return asyncio.run(
-        replay_messages_async(
-            messages,
-            config,
-            window,
-            max_output_tokens=max_output_tokens,
-            places=places,
-            on_request=on_request,
-            on_progress=on_progress,
+    results: list[ReplayResult] = []
+
+    async def replay() -> None:
+        # The result is handed over outside the task: asyncio.run restores the SIGINT handler
+        # through signal's enum lookup, whose failure message is built with the repr of its
+        # handler, which names the task with its result. A replay's result is every row:
+        # two reprs of it took seconds after a million-message replay.
+        results.append(
+            await replay_messages_async(
+                messages,
+                config,
+                window,
+                max_output_tokens=max_output_tokens,
+                places=places,
+                on_request=on_request,
+                on_progress=on_progress,
+            )
         )
-    )
+
+    asyncio.run(replay())
+    return results[0]
 
 
 async def replay_messages_async(
@@ -225,33 +321,42 @@ async def replay_messages_async(
     # What an unmanaged request would cost, grown by what each admission added to the view.
     history = _HistorySize()
 
+    # Bound once: the closure below runs once per request (half of all messages, or more).
+    request_view = context._request_view_shared
+    grow_history = history.update
+    advance_prefix = prefix.advance
+    forget_admitted = admitted.clear
+    append_row = rows.append
+
     async def request(history_messages: int) -> None:
         # The context's own view, not a copy: the replay only reads it (see `_PrefixTracker`).
-        view = await context._request_view_shared(provider=model)
+        view = await request_view(provider=model)
         report = context.last_report
         assert report is not None  # every delivered view sets it
-        history_tokens = history.update(report)
-        shared, prefix_tokens = prefix.advance(view)
-        admitted.clear()  # what this view did not carry is counted if a later one does
-        view_tokens = max(report.tokens_after, 1)
-        row = ReplayRow(
-            request=len(rows) + 1,
-            history_messages=history_messages,
-            history_tokens=history_tokens,
-            tokens_before=report.tokens_before,
-            tokens_after=report.tokens_after,
-            messages_before=report.messages_before,
-            messages_after=report.messages_after,
-            compacted=report.compacted,
-            level=report.level,
-            applied=list(report.applied),
-            budget=report.budget,
-            trigger=report.trigger,
-            prefix_messages=shared,
-            prefix_tokens=prefix_tokens,
-            prefix_share=min(prefix_tokens / view_tokens, 1.0) if rows else 0.0,
+        history_tokens = grow_history(report)
+        shared, prefix_tokens = advance_prefix(view)
+        forget_admitted()  # what this view did not carry is counted if a later one does
+        tokens_after = report.tokens_after
+        row = _new_row(
+            (
+                len(rows) + 1,
+                history_messages,
+                history_tokens,
+                report.tokens_before,
+                tokens_after,
+                report.messages_before,
+                report.messages_after,
+                report.compacted,
+                report.level,
+                list(report.applied),
+                report.budget,
+                report.trigger,
+                shared,
+                prefix_tokens,
+                min(prefix_tokens / max(tokens_after, 1), 1.0) if rows else 0.0,
+            )
         )
-        rows.append(row)
+        append_row(row)
         if on_request is not None:
             on_request(row)
 
@@ -280,13 +385,17 @@ async def _replay_all(
     on_progress: Callable[[int], None] | None,
 ) -> None:
     """Admit every message, with a request before each assistant message."""
+    add_message = context.add_message
+    note = admitted.note
     for index, message in enumerate(messages):
         # The model answers what came before it: that is a request, unless nothing came before.
         if message.get("role") == "assistant" and index > 0:
             await request(index)
         try:
-            await context.add_message(dict(message))
-            admitted.note()
+            # The context never changes the dict it is given (it stores a private copy), so a
+            # plain dict is handed over as it is; any other mapping becomes one.
+            await add_message(message if type(message) is dict else dict(message))
+            note()
         except MessageValidationError as error:
             place = places[index] if places is not None else f"message {index}"
             raise ReplayError(
@@ -519,26 +628,29 @@ def _totals(
     messages: Sequence[Mapping[str, Any]],
     stored: Sequence[Mapping[str, Any]],
 ) -> ReplayTotals:
-    before = sum(row.history_tokens for row in rows)
-    sent = sum(row.tokens_after for row in rows)
+    # One column per field, read from the rows' tuples at C speed.
+    columns = dict(zip(_ROW_FIELDS, zip(*[row._values for row in rows], strict=True), strict=True))
+    history_tokens, tokens_after = columns["history_tokens"], columns["tokens_after"]
+    compacted, level = columns["compacted"], columns["level"]
+    before = sum(history_tokens)
+    sent = sum(tokens_after)
     # Prefix reuse is undefined for the first request; weigh the rest by their size.
-    later = rows[1:]
-    later_sent = sum(row.tokens_after for row in later)
+    later_sent = sent - tokens_after[0]
     last = rows[-1]
     clips = _ingress_clips(messages, stored)
     return ReplayTotals(
         messages=len(messages),
         requests=len(rows),
-        compactions=sum(1 for row in rows if row.compacted),
-        levels_used=sorted({row.level for row in rows if row.level > 0}),
-        rungs_used=sorted({rung for row in rows for rung in row.applied}),
-        largest_history=max(row.history_tokens for row in rows),
-        largest_after=max(row.tokens_after for row in rows),
+        compactions=sum(map(bool, compacted)),
+        levels_used=sorted(value for value in set(level) if value > 0),
+        rungs_used=sorted({rung for applied in columns["applied"] for rung in applied}),
+        largest_history=max(history_tokens),
+        largest_after=max(tokens_after),
         history_tokens_total=before,
         tokens_sent_total=sent,
         saved_share=1 - sent / before if before else 0.0,
-        prefix_share=sum(row.prefix_tokens for row in later) / later_sent if later_sent else 0.0,
-        over_budget_requests=sum(1 for row in rows if row.over_budget),
+        prefix_share=sum(columns["prefix_tokens"][1:]) / later_sent if later_sent else 0.0,
+        over_budget_requests=sum(map(gt, tokens_after, columns["budget"])),
         history_kept=_same_history(messages, stored),
         budget=last.budget,
         trigger=last.trigger,
