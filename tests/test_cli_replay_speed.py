@@ -366,3 +366,99 @@ def test_a_replay_does_not_copy_or_change_the_messages_it_is_given() -> None:
     # Any other mapping is turned into a dict first, as before: the same replay.
     proxied = replay_messages([MappingProxyType(m) for m in messages], {}, 8_000)
     assert proxied.to_dict() == plain.to_dict()
+
+
+# -- the chart -------------------------------------------------------------------------------
+
+
+def spiky(count: int, seed: int = 7) -> list[int]:
+    """A sawtooth with compaction drops, noise and a few lone spikes."""
+    import random
+
+    rng = random.Random(seed)
+    sizes, size = [], 0
+    for step in range(count):
+        size = 50 if step % 997 == 0 else size + rng.randint(0, 30)
+        sizes.append(size)
+    for step in rng.sample(range(count), 5):
+        sizes[step] = 200_000 + step  # one-request spikes, each a different height
+    sizes[count // 3] = 0  # one lone dip
+    return sizes
+
+
+def test_a_short_line_is_drawn_through_every_point() -> None:
+    from contextfold.cli.chart import MAX_POINTS, _envelope, _marks_kept
+
+    sizes = spiky(MAX_POINTS)
+    steps, drawn = _envelope(sizes)
+    assert list(steps) == list(range(1, MAX_POINTS + 1)) and drawn is sizes
+    marks = list(range(0, MAX_POINTS, 3))
+    assert _marks_kept(marks, sizes) is marks
+
+
+@pytest.mark.parametrize("count", [2_001, 10_007, 300_000])
+def test_a_long_line_keeps_every_stretchs_lowest_and_highest_point(count: int) -> None:
+    from contextfold.cli.chart import MAX_POINTS, _envelope
+
+    sizes = spiky(count)
+    steps, drawn = _envelope(sizes)
+    assert len(steps) == len(drawn) <= MAX_POINTS + 2
+    assert list(steps) == sorted(set(steps)) and steps[0] == 1 and steps[-1] == count
+    assert all(sizes[step - 1] == size for step, size in zip(steps, drawn, strict=True))
+    assert max(drawn) == max(sizes) and min(drawn) == min(sizes)
+    spikes = [step + 1 for step, size in enumerate(sizes) if size >= 200_000]
+    assert set(spikes) <= set(steps)  # every lone spike, not only the highest
+    assert sizes.index(0) + 1 in steps  # and the lone dip
+    # Each stretch of requests keeps its extremes: no stretch of the line looks flatter.
+    width = -(-count // (MAX_POINTS // 2))
+    for start in range(0, count, width * 5):
+        inside = [
+            size for step, size in zip(steps, drawn, strict=True) if start < step <= start + width
+        ]
+        if inside:
+            assert max(inside) <= max(sizes[start : start + width])
+    assert len(steps) > MAX_POINTS // 2  # one or two points per stretch
+
+
+def test_many_compaction_marks_keep_their_extremes() -> None:
+    from contextfold.cli.chart import MAX_POINTS, _marks_kept
+
+    sizes = spiky(100_000)
+    marks = list(range(0, 100_000, 7))
+    kept = _marks_kept(marks, sizes)
+    assert len(kept) <= MAX_POINTS and set(kept) <= set(marks) and kept == sorted(kept)
+    marked = [sizes[mark] for mark in marks]
+    assert max(sizes[mark] for mark in kept) == max(marked)
+    assert min(sizes[mark] for mark in kept) == min(marked)
+
+
+def test_the_envelope_chart_looks_like_the_chart_of_every_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import matplotlib.image as image
+    import numpy
+
+    import contextfold.cli.chart as chart
+
+    sizes = spiky(30_000)
+    series = [
+        chart.Series("line", sizes, "#1565c0", marks=list(range(0, 30_000, 997))),
+        # Solid: a dashed line's dashes fall where its drawn length puts them, which an
+        # envelope (a shorter path) shifts; the dashes are the same, a little moved.
+        chart.Series("other", [size // 2 for size in sizes], "#7b1fa2"),
+    ]
+
+    def draw(name: str) -> Any:
+        path = chart.write_size_chart(
+            tmp_path / name, series, window=150_000, window_label="w", trigger=120_000, title="t"
+        )
+        return image.imread(path)
+
+    enveloped = draw("envelope.png")
+    monkeypatch.setattr(chart, "MAX_POINTS", 10**9)
+    every = draw("every.png")
+    assert enveloped.shape == every.shape
+    differing = (numpy.abs(enveloped - every).max(axis=2) > 0.1).sum()
+    # At most the sides of a one-request spike move by a pixel (its neighbours drawn are a
+    # stretch's extremes, up to a pixel away): a fraction of a percent of the image.
+    assert differing < every.shape[0] * every.shape[1] * 0.005

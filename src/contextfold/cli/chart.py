@@ -13,6 +13,12 @@ from pathlib import Path
 
 from contextfold.cli.files import write_output_file
 
+# A chart is about 900 pixels wide: a line of more points than this is drawn as its envelope,
+# the lowest and highest point of each of MAX_POINTS // 2 stretches of requests (about one
+# per pixel column), so a spike or a compaction's drop shows as it would with every point.
+# Below it every point is drawn. The same bound applies to the compaction markers.
+MAX_POINTS = 2_000
+
 
 @dataclass(frozen=True)
 class Series:
@@ -49,19 +55,20 @@ def write_size_chart(
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     for line in series:
-        steps = range(1, len(line.sizes) + 1)
+        steps, sizes = _envelope(line.sizes)
         ax.plot(
             steps,
-            line.sizes,
+            sizes,
             color=line.color,
             linewidth=2,
             linestyle="--" if line.dashed else "-",
             label=line.label,
         )
         if line.marks:
+            marks = _marks_kept(line.marks, line.sizes)
             ax.scatter(
-                [i + 1 for i in line.marks],
-                [line.sizes[i] for i in line.marks],
+                [i + 1 for i in marks],
+                [line.sizes[i] for i in marks],
                 color=line.color,
                 marker="v",
                 s=36,
@@ -108,3 +115,47 @@ def write_size_chart(
     png = io.BytesIO()
     fig.savefig(png, format="png")
     return write_output_file(path, png.getvalue())
+
+
+def _buckets(count: int) -> list[tuple[int, int]]:
+    """``MAX_POINTS // 2`` consecutive stretches covering ``range(count)``, as even as can be."""
+    buckets = MAX_POINTS // 2
+    return [(b * count // buckets, (b + 1) * count // buckets) for b in range(buckets)]
+
+
+def _envelope(sizes: Sequence[int]) -> tuple[Sequence[int], Sequence[int]]:
+    """The points a line is drawn through: all of them (steps 1-based) up to MAX_POINTS,
+    else, for each stretch of requests, its lowest and highest point in request order, and
+    the first and last point of the whole line (so the line spans the same steps)."""
+    count = len(sizes)
+    if count <= MAX_POINTS:
+        return range(1, count + 1), sizes
+    values = list(sizes)
+    kept = {0, count - 1}
+    for start, end in _buckets(count):
+        chunk = values[start:end]  # min, max and index run at C speed
+        kept.add(start + chunk.index(min(chunk)))
+        kept.add(start + chunk.index(max(chunk)))
+    order = sorted(kept)
+    return [i + 1 for i in order], [values[i] for i in order]
+
+
+def _marks_kept(marks: Sequence[int], sizes: Sequence[int]) -> Sequence[int]:
+    """The marked requests (0-based) to draw: all of them up to MAX_POINTS, else, for each
+    stretch of requests holding marks, the lowest and highest marked point."""
+    if len(marks) <= MAX_POINTS:
+        return marks
+    count = len(sizes)
+    buckets = MAX_POINTS // 2
+    lowest: dict[int, int] = {}
+    highest: dict[int, int] = {}
+    for mark in marks:
+        bucket = mark * buckets // count
+        size = sizes[mark]
+        low = lowest.get(bucket)
+        if low is None or size < sizes[low]:
+            lowest[bucket] = mark
+        high = highest.get(bucket)
+        if high is None or size > sizes[high]:
+            highest[bucket] = mark
+    return sorted({*lowest.values(), *highest.values()})

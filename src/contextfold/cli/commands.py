@@ -10,6 +10,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from itertools import compress
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from contextfold.cli.demo import (
 from contextfold.cli.errors import InputError
 from contextfold.cli.files import check_output_option, display_path
 from contextfold.cli.readers import read_conversation
-from contextfold.cli.replay import ReplayError, ReplayResult, replay_messages
+from contextfold.cli.replay import ReplayError, ReplayResult, _row_columns, replay_messages
 from contextfold.cli.report import (
     demo_table,
     output_folder,
@@ -368,7 +369,9 @@ def _config_warnings_muted() -> Iterator[None]:
 
 
 def _replay_chart(result: ReplayResult, source: str, path: Path) -> Path:
-    rows = result.rows
+    history, sent, compacted = _row_columns(
+        result.rows, "history_tokens", "tokens_after", "compacted"
+    )
     window, budget = result.window, result.totals.budget
     # Without a window the budget is the only limit there is, so it takes the window's line.
     limit_label = f"context window ({window:,})" if window else f"budget ({budget:,})"
@@ -377,15 +380,15 @@ def _replay_chart(result: ReplayResult, source: str, path: Path) -> Path:
         [
             Series(
                 "full history (no compaction)",
-                [r.history_tokens for r in rows],
+                history,
                 UNMANAGED_COLOR,
                 dashed=True,
             ),
             Series(
                 "sent by context-fold",
-                [r.tokens_after for r in rows],
+                sent,
                 MANAGED_COLOR,
-                marks=[i for i, r in enumerate(rows) if r.compacted],
+                marks=list(compress(range(len(compacted)), compacted)),
             ),
         ],
         window=window or budget,
