@@ -215,8 +215,19 @@ def rows(draw: st.DrawFn) -> list[dict[str, Any]]:
     return made
 
 
+plain_values = scalars | st.lists(scalars, max_size=3)
+
+
+@st.composite
+def plain_rows(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Rows of plain values sharing their keys, each key mostly of one type: a replay's."""
+    keys = draw(row_keys)
+    kinds = {key: draw(st.sampled_from([plain_values, st.integers(), st.floats()])) for key in keys}
+    return [{key: draw(kinds[key]) for key in keys} for _ in range(draw(st.integers(0, 6)))]
+
+
 @settings(max_examples=400, deadline=None)
-@given(st.dictionaries(st.text(max_size=6), values | rows(), max_size=5))
+@given(st.dictionaries(st.text(max_size=6), values | rows() | plain_rows(), max_size=5))
 def test_the_report_is_written_as_the_plain_layout_writes_it(
     tmp_path_factory: pytest.TempPathFactory, data: dict[str, Any]
 ) -> None:
@@ -232,11 +243,16 @@ def test_the_report_is_written_as_the_plain_layout_writes_it(
 
 def test_a_replay_report_is_written_as_the_plain_layout_writes_it(tmp_path: Path) -> None:
     from contextfold.cli.replay import replay_messages
-    from contextfold.cli.report import write_json
+    from contextfold.cli.report import _line_encoder, _row_lines, write_json
     from support import agent_run
 
     result = replay_messages(agent_run(20, result_chars=1200), {}, 8_000)
     data = {"source": "x", "effective_config": {"strategies": ["a", "b"]}} | result.to_dict()
+    encode = _line_encoder()
+    # The rows take the column-at-a-time path, and it writes what json.dumps writes.
+    lines = _row_lines(data["rows"], encode)
+    assert lines == [json.dumps(row, ensure_ascii=False) for row in data["rows"]]
+    assert any(row["applied"] for row in data["rows"]) and len(lines) > 2
     path = write_json(tmp_path / "replay.json", data)
     assert path.read_bytes() == (reference_json_text(data) + "\n").encode()
     assert result.totals.compactions > 0

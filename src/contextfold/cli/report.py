@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from itertools import compress
+from math import isfinite
+from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -96,6 +99,12 @@ def _json_chunks(value: Any, indent: str, out: list[str], encode: Callable[[Any]
         return
     out.append("[")
     separator = "\n" + inner
+    lines = _row_lines(value, encode)
+    if lines is not None:  # rows sharing their keys (a replay's): written a column at a time
+        out.append(separator)
+        out.append((",\n" + inner).join(lines))
+        out.append("\n" + indent + "]")
+        return
     for item in value:
         out.append(separator)
         separator = ",\n" + inner
@@ -130,6 +139,66 @@ def _is_row(value: Any) -> bool:
 
 
 _SCALARS_AND_LIST = _SCALARS | {list}
+_JSON_BOOLS = {True: "true", False: "false"}
+
+
+def _row_lines(items: Any, encode: Callable[[Any], str]) -> list[str] | None:
+    """Each of ``items`` on its line, as ``encode`` writes it, when they are rows sharing
+    their keys: dicts (exactly) with the same string keys in the same order, whose values
+    are plain values or lists of them. None for anything else, written item by item.
+
+    Each line is one formatting of a template holding the keys (the C encoder writes every
+    key again on every row): integers and finite floats are formatted by the template
+    itself (``%d`` and ``%r`` write what json writes for them), any other column is turned
+    into text first, one C-level call per column.
+    """
+    if len(items) < 2 or type(items) is not list or set(map(type, items)) != {dict}:
+        return None
+    keys = tuple(items[0])
+    if len(keys) < 2 or not all(type(key) is str for key in keys):
+        return None
+    if not all(map(keys.__eq__, map(tuple, items))):
+        return None
+    fields: list[str] = []
+    columns: list[Sequence[Any]] = []
+    # Values row by row (one C call per row), then column by column:
+    by_column = zip(*map(itemgetter(*keys), items), strict=True)
+    for key, values in zip(keys, by_column, strict=True):
+        column = _column_text(values, encode)
+        if column is None:
+            return None
+        name = encode(key).replace("%", "%%")
+        fields.append(f"{name}: {column[0]}")
+        columns.append(column[1])
+    template = "{" + ", ".join(fields) + "}"
+    return list(map(template.__mod__, zip(*columns, strict=True)))
+
+
+def _column_text(
+    column: Sequence[Any], encode: Callable[[Any], str]
+) -> tuple[str, Sequence[Any]] | None:
+    """How a column of values goes into a row's template: ``(conversion, values)``, where
+    the conversion writes each value as ``encode`` does; None if a value is no row's."""
+    kinds = set(map(type, column))
+    if kinds == {int}:
+        return "%d", column
+    if kinds == {float} and all(map(isfinite, column)):
+        return "%r", column
+    if kinds == {bool}:
+        return "%s", list(map(_JSON_BOOLS.__getitem__, column))
+    if kinds == {str}:
+        return "%s", list(map(json.encoder.encode_basestring, column))
+    if kinds <= _SCALARS:
+        return "%s", list(map(encode, column))
+    if kinds == {list}:
+        text = ["[]"] * len(column)
+        for position in compress(range(len(column)), column):  # the lists not empty
+            values = column[position]
+            if not set(map(type, values)) <= _SCALARS:
+                return None
+            text[position] = encode(values)
+        return "%s", text
+    return None
 
 
 # -- demo ------------------------------------------------------------------------------------
