@@ -478,3 +478,15 @@ def test_the_envelope_chart_looks_like_the_chart_of_every_point(
     # At most the sides of a one-request spike move by a pixel (its neighbours drawn are a
     # stretch's extremes, up to a pixel away): a fraction of a percent of the image.
     assert differing < every.shape[0] * every.shape[1] * 0.005
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.text(alphabet=st.sampled_from("ab\n é€😀\ud800\udfff"), max_size=6)),
+    st.integers(1, 8),
+)
+def test_the_report_text_is_encoded_in_parts_as_it_is_whole(chunks: list[str], size: int) -> None:
+    from contextfold.cli.report import _encoded
+
+    whole = "".join(chunks).encode("utf-8", "backslashreplace")
+    assert b"".join(_encoded(chunks, size)) == whole

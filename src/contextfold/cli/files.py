@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 from contextfold.cli.errors import InputError
@@ -139,6 +140,12 @@ def make_output_folder(folder: Path) -> Path:
 def write_output_file(path: Path, data: bytes) -> Path:
     """Write ``data`` to ``path``, never through a symlink: a link planted under the output
     name is refused rather than followed to overwrite its target."""
+    return write_output_parts(path, (data,))
+
+
+def write_output_parts(path: Path, parts: Iterable[bytes]) -> Path:
+    """:func:`write_output_file` for a file given in parts, written one after the other
+    (a large file need not be held whole in memory beside what it was made from)."""
     # O_NONBLOCK: a FIFO planted under the output name fails to open instead of blocking.
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     flags |= getattr(os, "O_NOFOLLOW", 0)
@@ -156,10 +163,11 @@ def write_output_file(path: Path, data: bytes) -> Path:
         # ours to write into.
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise InputError("--out", f"{shown} exists and is not a regular file")
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
+        for data in parts:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
     except OSError as exc:
         raise InputError("--out", f"cannot write {shown} ({_reason(exc)})") from None
     finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import compress
 from math import isfinite
 from operator import itemgetter
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from rich import box
 from rich.table import Table
 
-from contextfold.cli.files import check_output_option, make_output_folder, write_output_file
+from contextfold.cli.files import check_output_option, make_output_folder, write_output_parts
 
 if TYPE_CHECKING:
     from contextfold.cli.demo import DemoResult, RunSummary
@@ -51,9 +51,23 @@ def write_json(path: Path, data: Mapping[str, Any]) -> Path:
     speed (the json module's indenting encoder is pure Python: half a million rows took
     seconds). Each line is what ``json.dumps(value, ensure_ascii=False)`` writes."""
     chunks: list[str] = []
-    _json_chunks(data, "", chunks, _line_encoder())
+    _json_chunks(data, "", chunks, _line_encoder())  # all of it, before the file is opened
     chunks.append("\n")
-    return write_output_file(path, "".join(chunks).encode("utf-8", "backslashreplace"))
+    return write_output_parts(path, _encoded(chunks))
+
+
+def _encoded(chunks: list[str], size: int = 1 << 20) -> Iterator[bytes]:
+    """``"".join(chunks).encode("utf-8", "backslashreplace")`` in parts of about ``size``
+    characters and more (the same bytes: each character is encoded on its own), so the
+    text is never held a second and a third time, joined and encoded, beside its chunks."""
+    start = length = 0
+    for end, chunk in enumerate(chunks, start=1):
+        length += len(chunk)
+        if length >= size:
+            yield "".join(chunks[start:end]).encode("utf-8", "backslashreplace")
+            start, length = end, 0
+    if start < len(chunks):
+        yield "".join(chunks[start:]).encode("utf-8", "backslashreplace")
 
 
 _CONTAINERS = (dict, list, tuple)
@@ -98,21 +112,27 @@ def _json_chunks(value: Any, indent: str, out: list[str], encode: Callable[[Any]
         out.append("\n" + indent + "}")
         return
     out.append("[")
-    separator = "\n" + inner
-    lines = _row_lines(value, encode)
-    if lines is not None:  # rows sharing their keys (a replay's): written a column at a time
-        out.append(separator)
-        out.append((",\n" + inner).join(lines))
-        out.append("\n" + indent + "]")
-        return
-    for item in value:
-        out.append(separator)
-        separator = ",\n" + inner
-        if type(item) in _SCALARS or _is_row(item):  # a list of rows: one to a line
-            out.append(encode(item))
-        else:
-            _json_chunks(item, inner, out, encode)
+    separator, between = "\n" + inner, ",\n" + inner
+    # A stretch at a time, so what a stretch of rows costs to write stays small.
+    for start in range(0, len(value), _ROWS_AT_ONCE):
+        items = value[start : start + _ROWS_AT_ONCE]
+        lines = _row_lines(items, encode)
+        if lines is not None:  # rows sharing their keys (a replay's): a column at a time
+            out.append(separator + between.join(lines))
+            separator = between
+            continue
+        for item in items:
+            out.append(separator)
+            separator = between
+            if type(item) in _SCALARS or _is_row(item):  # a list of rows: one to a line
+                out.append(encode(item))
+            else:
+                _json_chunks(item, inner, out, encode)
     out.append("\n" + indent + "]")
+
+
+# Rows written together by `_row_lines` (its working copies of their values are this long).
+_ROWS_AT_ONCE = 8192
 
 
 def _is_row(value: Any) -> bool:
