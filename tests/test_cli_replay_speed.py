@@ -490,3 +490,58 @@ def test_the_report_text_is_encoded_in_parts_as_it_is_whole(chunks: list[str], s
 
     whole = "".join(chunks).encode("utf-8", "backslashreplace")
     assert b"".join(_encoded(chunks, size)) == whole
+
+
+def test_the_replay_command_lets_go_of_its_data_before_drawing_the_chart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """matplotlib's parsers leave tracebacks in reference cycles; one that holds the frames
+    below the chart must not hold the messages or the rows (the collector is off during
+    the command, and walking them later took seconds)."""
+    import gc
+    import weakref
+
+    from contextfold.cli import commands, main
+
+    alive: dict[str, Any] = {}
+    real_read, real_replay = commands.read_conversation, commands.replay_messages
+    real_chart = commands.write_size_chart
+
+    def read(*args: Any, **kwargs: Any) -> Any:
+        conversation = real_read(*args, **kwargs)
+        alive["conversation"] = weakref.ref(conversation)
+        return conversation
+
+    def replay(*args: Any, **kwargs: Any) -> Any:
+        result = real_replay(*args, **kwargs)
+        alive["result"] = weakref.ref(result)
+        return result
+
+    def chart(*args: Any, **kwargs: Any) -> Any:
+        try:
+            raise ValueError("a parser backtracking")
+        except ValueError as error:
+            kept = error  # a traceback cycle: this frame and every frame below it
+        alive["at chart"] = [name for name, ref in alive.items() if ref() is not None]
+        assert kept.__traceback__ is not None
+        return real_chart(*args, **kwargs)
+
+    monkeypatch.setattr(commands, "read_conversation", read)
+    monkeypatch.setattr(commands, "replay_messages", replay)
+    monkeypatch.setattr(commands, "write_size_chart", chart)
+    path = tmp_path / "conv.jsonl"
+    path.write_text(
+        "\n".join(json.dumps(m) for m in [{"role": "user", "content": "q"}] * 3)
+        + "\n"
+        + json.dumps({"role": "assistant", "content": "a"})
+        + "\n"
+    )
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        assert main(["replay", str(path), "--out", str(tmp_path / "out"), "-q"]) == 0
+    finally:
+        if enabled:
+            gc.enable()
+    assert alive["at chart"] == []
+    assert (tmp_path / "out" / "requests.png").read_bytes()[:4] == b"\x89PNG"

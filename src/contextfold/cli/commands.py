@@ -280,31 +280,35 @@ def _replay_command(args: argparse.Namespace) -> int:
     except ContextLengthError as error:
         return fail(f"{source}: does not fit: {_first_line(error)}", EXIT_DOES_NOT_FIT)
 
+    # What the command keeps is let go before the chart is drawn: the messages here, the
+    # report's data once written, the rows once the printout and the chart's lines are made
+    # of them. matplotlib's parsers leave exception tracebacks in reference cycles, and a
+    # traceback keeps every frame below it alive with its locals until the collector runs
+    # (off during the command), which then walked a million messages and their copies.
+    replayed, file_format = conversation.source, conversation.format
+    del conversation
     try:
         folder = output_folder(args.out, f"replay-{_folder_safe(Path(args.file).stem)}")
         data = (
-            {
-                "source": conversation.source,
-                "format": conversation.format,
-                "effective_config": config.to_dict(),
-            }
+            {"source": replayed, "format": file_format, "effective_config": config.to_dict()}
             | result.to_dict()
             | {"config": settings}
         )
         json_path = write_json(folder / "replay.json", data)
-        chart_path = (
-            None
-            if args.no_chart
-            else _replay_chart(result, conversation.source, folder / "requests.png")
-        )
+        del data
+        printout = [replay_heading(result, replayed, file_format)]
+        if not args.quiet:
+            printout.append(replay_rows_table(result))
+        printout.append(replay_totals_table(result))
+        chart = None if args.no_chart else _replay_chart(result, replayed)
+        del result
+        chart_path = None if chart is None else write_size_chart(folder / "requests.png", **chart)
     except InputError as error:
         return fail(str(error))
 
     console = Console(highlight=False)
-    console.print(replay_heading(result, conversation.source, conversation.format))
-    if not args.quiet:
-        console.print(replay_rows_table(result))
-    console.print(replay_totals_table(result))
+    for part in printout:
+        console.print(part)
     _print_outputs(console, json_path, chart_path, folder)
     return EXIT_OK
 
@@ -368,16 +372,16 @@ def _config_warnings_muted() -> Iterator[None]:
         logger.disabled = previous
 
 
-def _replay_chart(result: ReplayResult, source: str, path: Path) -> Path:
+def _replay_chart(result: ReplayResult, source: str) -> dict[str, Any]:
+    """The replay's chart: what `write_size_chart` is given, but the path."""
     history, sent, compacted = _row_columns(
         result.rows, "history_tokens", "tokens_after", "compacted"
     )
     window, budget = result.window, result.totals.budget
     # Without a window the budget is the only limit there is, so it takes the window's line.
     limit_label = f"context window ({window:,})" if window else f"budget ({budget:,})"
-    return write_size_chart(
-        path,
-        [
+    return dict(
+        series=[
             Series(
                 "full history (no compaction)",
                 history,
