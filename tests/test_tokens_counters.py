@@ -526,9 +526,35 @@ _TEXTS = st.one_of(st.text(max_size=30), st.sampled_from(["", "bad \ud800", "hé
     content=st.one_of(_TEXTS, st.none(), st.just([{"type": "text", "text": "hi"}])),
     call_id=st.one_of(st.none(), _TEXTS, st.just(7)),
     extra=st.sampled_from([None, "metadata", "name", "tool_calls"]),
+    calls=st.one_of(
+        st.none(),
+        st.just("not a list"),
+        st.lists(
+            st.one_of(
+                st.fixed_dictionaries(
+                    {"id": st.one_of(_TEXTS, st.none(), st.just(3)), "type": st.just("function")},
+                    optional={
+                        "function": st.one_of(
+                            st.fixed_dictionaries(
+                                {},
+                                optional={
+                                    "name": st.one_of(_TEXTS, st.none()),
+                                    "arguments": st.one_of(_TEXTS, st.none(), st.just({"a": 1})),
+                                },
+                            ),
+                            st.just("lookup"),
+                        )
+                    },
+                ),
+                st.just({"id": "c1", "tool": "lookup", "arguments": {"q": 1}}),
+                st.just("not a call"),
+            ),
+            max_size=3,
+        ),
+    ),
 )
 @settings(max_examples=300, deadline=None)
-def test_a_text_message_counts_as_its_parts(role, content, call_id, extra) -> None:
+def test_a_text_message_counts_as_its_parts(role, content, call_id, extra, calls) -> None:
     """The direct count of a role-and-text message is the count of its walked parts."""
     from contextfold.tokens.serialize import message_parts
 
@@ -540,4 +566,6 @@ def test_a_text_message_counts_as_its_parts(role, content, call_id, extra) -> No
         message["metadata"] = {"timestamp": "2026-12-01T00:00:00.000+00:00"}
     elif extra is not None:
         message[extra] = "x" if extra == "name" else []
+    if calls is not None:
+        message["tool_calls"] = calls
     assert counter.count_message(message) == counter._count_parts(message_parts(message))

@@ -25,7 +25,7 @@ __all__ = ["ExactCounter"]
 # bound only keeps odd input from growing the table).
 _MAX_ROLES = 32
 # The keys of a message `count_message` counts without walking it (metadata is never sent).
-_TEXT_MESSAGE_KEYS = frozenset({"role", "content", "tool_call_id", "metadata"})
+_TEXT_MESSAGE_KEYS = frozenset({"role", "content", "tool_call_id", "tool_calls", "metadata"})
 
 
 class ExactCounter:
@@ -85,27 +85,51 @@ class ExactCounter:
         return len(self._encode(text)) if text else 0
 
     def count_message(self, message: Mapping[str, Any]) -> int:
-        # Nearly every message is a role and one text (a tool's with its call id), plus the
-        # admission stamp, which is never counted: counted directly, as its parts would be.
+        # Nearly every message is a role and one text (a tool's with its call id; an
+        # assistant's with OpenAI-shape calls), plus the admission stamp, which is never
+        # counted: counted directly, as its walked parts would be.
         if type(message) is dict and message.keys() <= _TEXT_MESSAGE_KEYS:
-            role = message.get("role")
-            content = message.get("content")
-            call_id = message.get("tool_call_id")
-            if (
-                type(role) is str
-                and type(content) is str
-                and (call_id is None or type(call_id) is str)
-            ):
-                try:
-                    tokens = TOKENS_PER_MESSAGE + (self._role_cost(role) if role else 0)
-                    if content:
-                        tokens += len(self._encode_valid(content))
-                    if call_id:
-                        tokens += len(self._encode_valid(call_id))
-                    return tokens
-                except UnicodeEncodeError:
-                    pass  # a lone surrogate: the parts path retries it as tiktoken does
+            try:
+                tokens = self._count_text_message(message)
+            except UnicodeEncodeError:  # a lone surrogate: the parts path retries it
+                tokens = None
+            if tokens is not None:
+                return tokens
         return self._count_parts(message_parts(message))
+
+    def _count_text_message(self, message: dict[str, Any]) -> int | None:
+        """`count_message` of a message of plain strings; None for anything else."""
+        role = message.get("role")
+        content = message.get("content")
+        call_id = message.get("tool_call_id")
+        calls = message.get("tool_calls")
+        if (
+            type(role) is not str
+            or (content is not None and type(content) is not str)
+            or (call_id is not None and type(call_id) is not str)
+            or (calls is not None and type(calls) is not list)
+        ):
+            return None
+        encode = self._encode_valid
+        tokens = TOKENS_PER_MESSAGE + (self._role_cost(role) if role else 0)
+        if content:
+            tokens += len(encode(content))
+        if call_id:
+            tokens += len(encode(call_id))
+        for call in calls or ():
+            function = call.get("function") if type(call) is dict else None
+            if type(function) is not dict:
+                return None  # the Amplifier shape, or not a call: walked
+            texts = (call.get("id"), function.get("name"), function.get("arguments"))
+            tokens += TOKENS_PER_TOOL_CALL
+            for text in texts:
+                if text is None:
+                    continue
+                if type(text) is not str:
+                    return None
+                if text:
+                    tokens += len(encode(text))
+        return tokens
 
     def _role_cost(self, role: str) -> int:
         role_tokens = self._role_tokens.get(role)
