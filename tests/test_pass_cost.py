@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from contextfold import ContextFold, ContextLengthError
 from contextfold.compaction import rungs
-from contextfold.compaction.planner import view_raw_total
+from contextfold.compaction.planner import notice_header_cost, view_raw_total
 from contextfold.compaction.working import WorkingView
 from contextfold.conventions import stamp_timestamp
 from contextfold.history import LONG_TEXT_CHARS
@@ -39,6 +39,11 @@ async def views(
             seen.append(("refused", error.required_tokens))
         # The running total a pass starts from is the walked total of the sticky view.
         assert context._view_raw == view_raw_total(context._history, context._state)
+        # The notice header's cost, kept once per role, is what this history would give.
+        cfg = context.config
+        assert context._notice_header_cost() == notice_header_cost(
+            context._history, context.counter, cfg.truncate_chars, cfg.compaction_notice_role
+        )
     return seen
 
 

@@ -130,6 +130,12 @@ class History:
     long_texts: set[int] = field(default_factory=set)
     # Unanswered calls already reported, by the index of the turn that made them.
     reported_unanswered: dict[int, set[str]] = field(default_factory=dict)
+    # What the compaction notice's digest says of a unit, by (unit, its message count): a
+    # unit's messages never change, so each pass need not describe the same turns again.
+    # Kept by `compaction.notice`, which bounds it.
+    digest_lines: dict[tuple[int, int], list[str]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def __len__(self) -> int:
         return len(self.entries)

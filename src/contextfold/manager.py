@@ -19,7 +19,13 @@ from typing import Any
 from .budget import BudgetDecision, derive_budget
 from .compaction import snapshot as fold_snapshot
 from .compaction.floor import floor_error
-from .compaction.planner import PassResult, assemble_view, run_pass, view_raw_total
+from .compaction.planner import (
+    PassResult,
+    assemble_view,
+    notice_header_cost,
+    run_pass,
+    view_raw_total,
+)
 from .compaction.summarize import (
     Summarize,
     id_ranges,
@@ -184,6 +190,7 @@ class ContextFold:
         self._margin_waived = False  # the last request was fitted to the input limit
         self._system_prompt_factory: SystemPromptFactory | None = None
         self._system_prompt_cost: tuple[str, int] | None = None  # last text and its raw cost
+        self._header_cost: tuple[str, int] | None = None  # notice role, its header's cost
         self._link_loaded = False
         self._state_dirty = False  # a committed pass not yet saved to the durable session
         self._last_persisted_budget: tuple[int, int | None] | None = None
@@ -643,6 +650,7 @@ class ContextFold:
                 # The running total, kept on every admission and commit, spares the pass a
                 # walk of the view; an adopted summary state is another view: walked.
                 sticky_raw=self._view_raw if base is self._state else None,
+                header_cost=self._notice_header_cost(),
             )
             result = compact(ladder=ladder)
             if result.state.pending_summary:
@@ -913,6 +921,17 @@ class ContextFold:
             "notice_verbosity": cfg.compaction_notice_verbosity,
             "notice_min_level": cfg.compaction_notice_min_level,
         }
+
+    def _notice_header_cost(self) -> int:
+        """What the smallest notice costs, counted once per role (`notice_header_cost`)."""
+        cfg = self.config
+        role = cfg.compaction_notice_role
+        if not self._history.units:
+            return 0  # no notice without a message
+        if self._header_cost is None or self._header_cost[0] != role:
+            cost = notice_header_cost(self._history, self.counter, cfg.truncate_chars, role)
+            self._header_cost = (role, cost)
+        return self._header_cost[1]
 
     def _notice_reserve(self, budget: int) -> int:
         """Tokens set aside for the notice: the configured reserve, at most a tenth of the

@@ -156,8 +156,24 @@ def _lines(history: History, units: Iterable[int], *, reverse: bool = False) -> 
 def _unit_lines(history: History, unit_index: int) -> list[str]:
     """One line per prompt, reply, call and note of a removed unit; the first names the
     ids of all its messages, a range for a call group (``r12-r15``), so the model can
-    recall any of them."""
+    recall any of them. Made once per unit (`History.digest_lines`): a pass describes the
+    first removed turns again, and the ones the last pass removed."""
     entries = history.units[unit_index].entries
+    key = (unit_index, len(entries))
+    cache = history.digest_lines
+    lines = cache.get(key)
+    if lines is None:
+        if len(cache) >= _DIGEST_CACHE_UNITS:
+            cache.clear()  # a long session's old tail units are not shown again
+        lines = cache[key] = _describe_unit(history, entries)
+    return lines
+
+
+# Units whose digest lines are kept (a few per pass are shown; the head ones every time).
+_DIGEST_CACHE_UNITS = 1024
+
+
+def _describe_unit(history: History, entries: list[int]) -> list[str]:
     lines: list[str] = []
     for index in entries:
         entry = history.entries[index]

@@ -67,6 +67,7 @@ def run_pass(
     summary_blocks: Sequence[tuple[int, ...]] = (),
     summary_free_blocks: int = 0,
     sticky_raw: int | None = None,
+    header_cost: int | None = None,
 ) -> PassResult:
     """Compact a copy of ``sticky`` toward ``target_raw`` raw tokens, protection permitting.
 
@@ -77,7 +78,8 @@ def run_pass(
     (messages and notice): while the view exceeds it, soft protections yield one step at
     a time (see `relaxation`), and the notice is fitted to whatever room is left.
     ``sticky_raw``, when the caller keeps it, is the raw total of ``sticky``'s view (what
-    `view_raw_total` would find by walking it).
+    `view_raw_total` would find by walking it); ``header_cost``, when it keeps that, what
+    `notice_header_cost` says for this counter and role.
     """
     if limit_raw is None:
         limit_raw = target_raw
@@ -120,9 +122,10 @@ def run_pass(
         summary_blocks=list(summary_blocks),
         summary_free_blocks=summary_free_blocks,
     )
-    header_cost = (
-        _header_cost(history, counter, truncate_chars, notice_role) if notice_enabled else 0
-    )
+    if not notice_enabled or not history.units:
+        header_cost = 0
+    elif header_cost is None:
+        header_cost = notice_header_cost(history, counter, truncate_chars, notice_role)
     # Soft protections yield (see `relaxation`) when the view cannot fit the budget, and
     # when a pass the trigger fired would end in the top half of the hysteresis band: a
     # view parked just under the trigger compacts again a turn or two later, rewriting the
@@ -190,8 +193,12 @@ def _run_ladder(
         work.protection = protect()
 
 
-def _header_cost(history: History, counter: TokenCounter, truncate_chars: int, role: str) -> int:
-    """Cost of the smallest notice (its header): what a compacted view needs room for."""
+def notice_header_cost(
+    history: History, counter: TokenCounter, truncate_chars: int, role: str
+) -> int:
+    """Cost of the smallest notice (its header): what a compacted view needs room for.
+    The same for every history with a message (the header names no count and no turn),
+    so a caller may keep it per counter and role."""
     probe = FoldState(removed_units={0}) if history.units else FoldState()
     notice = build_notice(
         history, probe, truncate_chars=truncate_chars, reserve_tokens=0, role=role
