@@ -20,6 +20,12 @@ medians of ``--reps`` runs; nothing is asserted about wall-clock time.
     uv run python bench/bench_replay.py                         # 10k, 20k, 100k, 1M messages
     uv run python bench/bench_replay.py --sizes 10000,20000 --reps 3
     uv run python bench/bench_replay.py --window 8000 --json bench/out/replay-speed.json
+
+``--command`` also times the ``contextfold replay`` command itself on each size, end to end:
+the conversation is written as a JSONL file and the command runs in a child process
+(``python -m contextfold.cli replay FILE -q``), reading the file, replaying, and writing the
+JSON report and the chart, as a user runs it. Its wall time and peak memory are printed
+beside the library replay's in the same run.
 """
 
 from __future__ import annotations
@@ -32,7 +38,9 @@ import math
 import platform
 import resource
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -192,6 +200,36 @@ def measure(size: int, window: int | None, reps: int, copying: bool = False) -> 
     )
 
 
+@dataclass(frozen=True)
+class CommandRun:
+    messages: int
+    file_mb: float  # the JSONL file the command read
+    wall_s: float  # the whole command: start-up, reading, replay, report, chart
+    peak_rss_mb: float  # the child process's peak resident memory
+
+
+def time_command(size: int, window: int | None) -> CommandRun:
+    """``contextfold replay`` on ``size`` short messages, in a child process, end to end."""
+    with tempfile.TemporaryDirectory(prefix="contextfold-bench-") as folder:
+        path = Path(folder) / f"short-{size}.jsonl"
+        with path.open("w", encoding="utf-8") as out:
+            for message in short_conversation(size):
+                out.write(json.dumps(message) + "\n")
+        command = [sys.executable, "-m", "contextfold.cli", "replay", str(path), "-q"]
+        command += ["--out", str(Path(folder) / "out")]
+        if window is not None:
+            command += ["--window", str(window)]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        start = time.perf_counter()
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        wall = time.perf_counter() - start
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        # The largest child so far (sizes run smallest first, so this is this size's peak).
+        peak = max(peak, before)
+        scale = 1024 * 1024 if sys.platform == "darwin" else 1024
+        return CommandRun(size, path.stat().st_size / 1e6, wall, peak / scale)
+
+
 def peak_rss_mb() -> float:
     """The process's peak resident memory so far, in MiB (sizes run smallest first, so after
     the largest it is that size's peak: its conversation, history and replay rows together)."""
@@ -256,6 +294,12 @@ def main(argv: list[str] | None = None) -> int:
         help="time the core through the public get_messages_for_request, which copies every "
         "view (default: the replay's own request path, which does not)",
     )
+    parser.add_argument(
+        "--command",
+        action="store_true",
+        help="also time the contextfold replay command end to end on each size (a JSONL "
+        "file, a child process, report and chart written)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     sizes = [int(part.replace("_", "")) for part in args.sizes.split(",") if part.strip()]
@@ -274,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     replay_messages(short_conversation(2_000), {}, args.window)
     rows: list[Row] = []
+    commands: list[CommandRun] = []
     for size in sizes:
         estimate = extrapolate(rows, size)
         if estimate is not None and estimate > args.cap:
@@ -292,6 +337,16 @@ def main(argv: list[str] | None = None) -> int:
             f"peak RSS {row.peak_rss_mb:,.0f} MiB",
             flush=True,
         )
+        if args.command:
+            run = time_command(size, args.window)
+            commands.append(run)
+            print(
+                f"  {run.messages:,} messages: the contextfold replay command, end to end "
+                f"({run.file_mb:,.1f} MB file): {_seconds(run.wall_s)}, "
+                f"{run.wall_s / row.replay_s:.2f}x the library replay, "
+                f"peak RSS {run.peak_rss_mb:,.0f} MiB",
+                flush=True,
+            )
     print()
     print_table(rows)
     if args.json:
@@ -304,7 +359,12 @@ def main(argv: list[str] | None = None) -> int:
             }
             for row in rows
         ]
-        summary = {"window": args.window, "copying": args.copying, "rows": records}
+        summary = {
+            "window": args.window,
+            "copying": args.copying,
+            "rows": records,
+            "command": [asdict(run) for run in commands],
+        }
         args.json.write_text(json.dumps(summary, indent=2))
     return 0
 

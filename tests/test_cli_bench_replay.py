@@ -51,3 +51,15 @@ def test_a_small_run_prints_the_table_and_skips_what_would_take_too_long(
     for row in rows:
         # The replay's own time is what is left of the whole once the core's calls are out.
         assert 0 < row["replay_own_s"] < row["replay_s"]
+
+
+def test_the_command_is_timed_end_to_end_beside_the_library_replay(
+    bench: ModuleType, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "speed.json"
+    assert bench.main(["--sizes", "300", "--window", "8000", "--command", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "300 messages: the contextfold replay command, end to end" in printed
+    (run,) = json.loads(out.read_text())["command"]
+    assert run["messages"] == 300 and run["file_mb"] > 0
+    assert run["wall_s"] > 0 and run["peak_rss_mb"] > 0
