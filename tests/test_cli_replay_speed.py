@@ -545,3 +545,23 @@ def test_the_replay_command_lets_go_of_its_data_before_drawing_the_chart(
             gc.enable()
     assert alive["at chart"] == []
     assert (tmp_path / "out" / "requests.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_notice_cost_the_pass_counted_is_the_one_the_prefix_uses(monkeypatch) -> None:
+    """The replay takes the notice's cost from the pass that counted it: the same figures
+    as counting it again."""
+    from contextfold import ContextFold
+    from contextfold.cli.replay import replay_messages
+
+    conversation = [{"role": "system", "content": "You are terse."}]
+    for turn in range(300):
+        conversation += [
+            {"role": "user", "content": f"What is item {turn}?"},
+            {"role": "assistant", "content": f"Item {turn} is fine, as before."},
+        ]
+    reused = replay_messages(conversation, {}, 3_000, max_output_tokens=500)
+    assert reused.totals.compactions > 5
+    monkeypatch.setattr(ContextFold, "_notice_view_cost", lambda self: (None, 0))
+    counted = replay_messages(conversation, {}, 3_000, max_output_tokens=500)
+    assert [r.prefix_tokens for r in reused.rows] == [r.prefix_tokens for r in counted.rows]
+    assert reused.rows == counted.rows

@@ -278,6 +278,11 @@ class ContextFold:
         entry = self._history.entries[-1]
         return entry.view, entry.cost
 
+    def _notice_view_cost(self) -> tuple[dict[str, Any] | None, int]:
+        """Internal (``contextfold replay``): the sticky view's compaction notice (None
+        without one) and its raw cost, as the pass that wrote it counted it."""
+        return self._notice, self._notice_cost
+
     async def get_messages_for_request(
         self,
         token_budget: int | None = None,

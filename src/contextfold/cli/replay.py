@@ -525,10 +525,14 @@ class _AdmittedCosts:
 
     def count(self, message: Mapping[str, Any]) -> int:
         """The message's raw tokens: as counted on admission if it is one of those messages,
-        else counted now (a message compaction made, a view-only result)."""
+        the notice as its pass counted it, else counted now (a message compaction
+        shortened, a view-only result)."""
         known = self._known.get(id(message))
         if known is not None and known[0] is message:
             return known[1]
+        notice, cost = self._context._notice_view_cost()
+        if message is notice:  # new after every pass, and counted by it
+            return cost
         return self._count(message)
 
     def clear(self) -> None:
