@@ -15,10 +15,11 @@ from hypothesis import strategies as st
 from contextfold import ContextFold, ContextLengthError
 from contextfold.compaction import rungs
 from contextfold.compaction.planner import notice_header_cost, view_raw_total
-from contextfold.compaction.working import WorkingView
+from contextfold.compaction.working import FoldState, WorkingView
 from contextfold.conventions import stamp_timestamp
-from contextfold.history import LONG_TEXT_CHARS
-from contextfold.messages import text_length
+from contextfold.history import LONG_TEXT_CHARS, History
+from contextfold.messages import Kind, text_length
+from contextfold.tokens import HeuristicCounter
 from test_properties import configs, conversations, faulty_conversations
 
 MOMENT = datetime(2026, 12, 1, tzinfo=UTC)
@@ -39,6 +40,16 @@ async def views(
             seen.append(("refused", error.required_tokens))
         # The running total a pass starts from is the walked total of the sticky view.
         assert context._view_raw == view_raw_total(context._history, context._state)
+        # What history lists for passes is what its entries say.
+        entries = context._history.entries
+        assert context._history.thinking_entries == {
+            i for i, e in enumerate(entries) if e.info.thinking
+        }
+        assert context._history.pinned_entries == {
+            i
+            for i, e in enumerate(entries)
+            if e.info.kind is Kind.SYSTEM or e.info.loaded_tool_state
+        }
         # The notice header's cost, kept once per role, is what this history would give.
         cfg = context.config
         assert context._notice_header_cost() == notice_header_cost(
@@ -58,8 +69,9 @@ def test_skipping_short_messages_changes_no_view(
 ) -> None:
     fast = asyncio.run(views(history, budgets, config))
     with pytest.MonkeyPatch.context() as patch:
-        # Every kept entry offered to the shortening rungs, as before the list existed.
+        # Every kept entry offered to the rungs, as before the lists existed.
         patch.setattr(WorkingView, "long_kept_entries", WorkingView.kept_entries)
+        patch.setattr(WorkingView, "kept_among", lambda work, indexes: work.kept_entries())
         slow = asyncio.run(views(history, budgets, config))
     assert fast == slow
 
@@ -84,6 +96,26 @@ def test_removing_turns_together_changes_no_view(
         patch.setattr(WorkingView, "remove_units", one_at_a_time)
         slow = asyncio.run(views(history, budgets, config))
     assert fast == slow
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    units=st.integers(1, 40),
+    removed=st.sets(st.integers(0, 39)),
+    listed=st.sets(st.integers(0, 79)),
+)
+def test_kept_among_is_the_kept_entries_that_are_listed(
+    units: int, removed: set[int], listed: set[int]
+) -> None:
+    """Whichever side it walks, `kept_among` is `kept_entries` filtered by the list."""
+    history = History(HeuristicCounter(), 10_000)
+    for n in range(units):
+        history.append(history.prepare({"role": "user", "content": f"q{n}"}))
+        history.append(history.prepare({"role": "assistant", "content": f"a{n}"}))
+    state = FoldState(removed_units={u for u in removed if u < 2 * units})
+    work = WorkingView(history, state, None, HeuristicCounter(), 0, 0)  # type: ignore[arg-type]
+    listed = {i for i in listed if i < 2 * units}
+    assert work.kept_among(listed) == [i for i in work.kept_entries() if i in listed]
 
 
 def test_history_lists_exactly_the_long_messages() -> None:

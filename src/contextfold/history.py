@@ -126,8 +126,12 @@ class History:
     # developer messages are not among them), and their raw cost.
     system_prompts: list[int] = field(default_factory=list)
     system_prompt_raw: int = 0
-    # Entries whose view carries more than LONG_TEXT_CHARS characters of text.
+    # Entries whose view carries more than LONG_TEXT_CHARS characters of text, entries
+    # carrying thinking, and system prompts and loaded-tool state (always protected): the
+    # few a compaction pass looks for, listed so it need not visit every message.
     long_texts: set[int] = field(default_factory=set)
+    thinking_entries: set[int] = field(default_factory=set)
+    pinned_entries: set[int] = field(default_factory=set)
     # Unanswered calls already reported, by the index of the turn that made them.
     reported_unanswered: dict[int, set[str]] = field(default_factory=dict)
     # What the compaction notice's digest says of a unit, by (unit, its message count): a
@@ -361,8 +365,14 @@ class History:
         self.raw_total += cost
 
     def _add_entry(self, entry: Entry) -> None:
+        index = len(self.entries)
         if entry.view is not None and text_length(entry.view) > LONG_TEXT_CHARS:
-            self.long_texts.add(len(self.entries))
+            self.long_texts.add(index)
+        info = entry.info
+        if info.thinking:
+            self.thinking_entries.add(index)
+        if info.kind is Kind.SYSTEM or info.loaded_tool_state:
+            self.pinned_entries.add(index)
         self.entries.append(entry)
 
     def extend(self, messages: Iterable[Any]) -> list[IngressClip]:

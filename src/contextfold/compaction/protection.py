@@ -100,7 +100,8 @@ def compute_protection(
     def protect(index: int, reason: str) -> None:
         untouchable.setdefault(index, reason)
 
-    for i in in_view:
+    pinned = history.pinned_entries  # system prompts and loaded-tool state, as admitted
+    for i in [i for i in in_view if i in pinned] if pinned else ():
         info = entries[i].info
         if info.kind is Kind.SYSTEM:
             untouchable[i] = REASON_SYSTEM

@@ -60,7 +60,7 @@ class StripEarlierThinking:
 
     def apply(self, work: WorkingView, target_raw: int) -> None:
         entries = work.history.entries
-        for index in work.kept_entries():
+        for index in work.kept_among(work.history.thinking_entries):
             if work.raw_total <= target_raw:
                 return
             entry = entries[index]

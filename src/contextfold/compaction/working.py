@@ -190,8 +190,18 @@ class WorkingView:
     def long_kept_entries(self) -> list[int]:
         """`kept_entries` carrying more than ``LONG_TEXT_CHARS`` characters of text: the
         only ones a shortening rung can change."""
-        long_texts = self.history.long_texts
-        return [i for i in self.kept_entries() if i in long_texts]
+        return self.kept_among(self.history.long_texts)
+
+    def kept_among(self, indexes: set[int]) -> list[int]:
+        """The kept entries among ``indexes``, oldest first, walking whichever is smaller:
+        the listed entries or the view (a long session may list more than the view holds)."""
+        if not indexes:
+            return []
+        removed = self.state.removed_units
+        if len(indexes) <= len(self.history.units) - len(removed):
+            entries = self.history.entries
+            return sorted(i for i in indexes if entries[i].unit not in removed)
+        return [i for i in self.kept_entries() if i in indexes]
 
     def _count(self, rung: str, n: int = 1) -> None:
         self.changed[rung] = self.changed.get(rung, 0) + n
