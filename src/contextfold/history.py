@@ -129,16 +129,16 @@ class History:
     # Entries whose view carries more than LONG_TEXT_CHARS characters of text, entries
     # carrying thinking, and system prompts and loaded-tool state (always protected): the
     # few a compaction pass looks for, listed so it need not visit every message.
-    long_texts: set[int] = field(default_factory=set)
-    thinking_entries: set[int] = field(default_factory=set)
-    pinned_entries: set[int] = field(default_factory=set)
+    long_texts: set[int] = field(default_factory=set, init=False)
+    thinking_entries: set[int] = field(default_factory=set, init=False)
+    pinned_entries: set[int] = field(default_factory=set, init=False)
     # Unanswered calls already reported, by the index of the turn that made them.
-    reported_unanswered: dict[int, set[str]] = field(default_factory=dict)
+    reported_unanswered: dict[int, set[str]] = field(default_factory=dict, init=False)
     # What the compaction notice's digest says of a unit, by (unit, its message count): a
     # unit's messages never change, so each pass need not describe the same turns again.
     # Kept by `compaction.notice`, which bounds it.
     digest_lines: dict[tuple[int, int], list[str]] = field(
-        default_factory=dict, repr=False, compare=False
+        default_factory=dict, init=False, repr=False, compare=False
     )
 
     def __len__(self) -> int:

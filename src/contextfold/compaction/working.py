@@ -136,7 +136,9 @@ class WorkingView:
     summary_blocks: list[tuple[int, ...]] = field(default_factory=list)
     summary_free_blocks: int = 0
     changed: dict[str, int] = field(default_factory=dict)  # rung name -> changes this pass
-    _kept_entries: tuple[tuple[int, int], list[int]] | None = field(default=None, repr=False)
+    _kept_entries: tuple[tuple[int, int], list[int]] | None = field(
+        default=None, init=False, repr=False
+    )
 
     def is_removed(self, entry_index: int) -> bool:
         return self.history.entries[entry_index].unit in self.state.removed_units
