@@ -22,10 +22,10 @@ medians of ``--reps`` runs; nothing is asserted about wall-clock time.
     uv run python bench/bench_replay.py --window 8000 --json bench/out/replay-speed.json
 
 ``--command`` also times the ``contextfold replay`` command itself on each size, end to end:
-the conversation is written as a JSONL file and the command runs in a child process
-(``python -m contextfold.cli replay FILE -q``), reading the file, replaying, and writing the
-JSON report and the chart, as a user runs it. Its wall time and peak memory are printed
-beside the library replay's in the same run.
+the conversation is written as a JSONL file and ``contextfold replay FILE -q`` runs in a
+child process (through the console script's entry point), reading the file, replaying, and
+writing the JSON report and the chart, as a user runs it. Its wall time and peak memory are
+printed beside the library replay's in the same run.
 """
 
 from __future__ import annotations
@@ -208,6 +208,9 @@ class CommandRun:
     peak_rss_mb: float  # the child process's peak resident memory
 
 
+_CONSOLE = "from contextfold.cli.entry import console; console()"
+
+
 def time_command(size: int, window: int | None) -> CommandRun:
     """``contextfold replay`` on ``size`` short messages, in a child process, end to end."""
     with tempfile.TemporaryDirectory(prefix="contextfold-bench-") as folder:
@@ -215,7 +218,9 @@ def time_command(size: int, window: int | None) -> CommandRun:
         with path.open("w", encoding="utf-8") as out:
             for message in short_conversation(size):
                 out.write(json.dumps(message) + "\n")
-        command = [sys.executable, "-m", "contextfold.cli", "replay", str(path), "-q"]
+        # The console script's entry point, which leaves without interpreter teardown (as
+        # the installed ``contextfold`` command does).
+        command = [sys.executable, "-c", _CONSOLE, "replay", str(path), "-q"]
         command += ["--out", str(Path(folder) / "out")]
         if window is not None:
             command += ["--window", str(window)]
