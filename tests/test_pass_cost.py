@@ -70,7 +70,6 @@ def test_skipping_short_messages_changes_no_view(
     fast = asyncio.run(views(history, budgets, config))
     with pytest.MonkeyPatch.context() as patch:
         # Every kept entry offered to the rungs, as before the lists existed.
-        patch.setattr(WorkingView, "long_kept_entries", WorkingView.kept_entries)
         patch.setattr(WorkingView, "kept_among", lambda work, indexes: work.kept_entries())
         slow = asyncio.run(views(history, budgets, config))
     assert fast == slow

@@ -242,7 +242,8 @@ class ContextFold:
             # Without a durable session admission never awaits, so nothing can run between
             # its steps: with the lock free and no one queued for it, taking it would
             # change nothing and cost a tenth of the admission.
-            admission, appended = self._admit(message)
+            admission = self._history.prepare(message)
+            appended = self._admitted(admission)
         else:
             async with self._lock:
                 if self._link is not None:  # only a durable session has anything to load
@@ -254,10 +255,6 @@ class ContextFold:
                 appended = self._admitted(admission)
         if admission.clips or appended.repairs:  # nearly every admission has nothing to report
             await self._emit_admission(admission.clips, appended.repairs)
-
-    def _admit(self, message: Any) -> tuple[Admission, Appended]:
-        admission = self._history.prepare(message)
-        return admission, self._admitted(admission)
 
     def _admitted(self, admission: Admission) -> Appended:
         """Append a prepared message to history and to the sticky view."""

@@ -111,7 +111,8 @@ class TruncateToolResults:
         per_tool = bool(self.exempt_tools or self.tool_chars)
         default_keep = work.truncate_chars if self.chars is None else self.chars
         entries = work.history.entries
-        for index in work.long_kept_entries():
+        # Only text over LONG_TEXT_CHARS can be worth shortening (history lists it).
+        for index in work.kept_among(work.history.long_texts):
             if work.raw_total <= target_raw:
                 return
             if not _may_shorten(work, index, entries[index].info.kind, (Kind.TOOL_RESULT,)):
@@ -148,7 +149,8 @@ class TruncateLongText:
     def apply(self, work: WorkingView, target_raw: int) -> None:
         keep = work.truncate_chars if self.chars is None else self.chars
         entries = work.history.entries
-        for index in work.long_kept_entries():
+        # Only text over LONG_TEXT_CHARS can be worth shortening (history lists it).
+        for index in work.kept_among(work.history.long_texts):
             if work.raw_total <= target_raw:
                 return
             kinds = (Kind.ASSISTANT, Kind.USER)

@@ -75,18 +75,11 @@ class FoldState:
 
     def remove_unit(self, unit_index: int, entries: list[int]) -> None:
         """The unit leaves the view; its messages' records go with it."""
-        if unit_index in self.removed_units:
-            return
-        self.removed_units.add(unit_index)
-        self.removed_messages += len(entries)
-        for index in entries:
-            self.truncated.pop(index, None)
-            self.stripped.discard(index)
-            self.shortened.discard(index)
+        self.remove_units(((unit_index, entries),))
 
     def remove_units(self, removed: Sequence[tuple[int, list[int]]]) -> None:
-        """`remove_unit` for many ``(unit index, its entries)`` at once, in one update of
-        the removed set (the oldest turns of a long view leave together)."""
+        """``(unit index, its entries)`` leave the view with their messages' records, in
+        one update of the removed set (the oldest turns of a long view leave together)."""
         leaving = [(u, entries) for u, entries in removed if u not in self.removed_units]
         self.removed_units.update(u for u, _ in leaving)
         self.removed_messages += sum(len(entries) for _, entries in leaving)
@@ -188,11 +181,6 @@ class WorkingView:
             kept = sorted(i for u in self.kept_units() for i in units[u].entries)
             self._kept_entries = (key, kept)
         return self._kept_entries[1]
-
-    def long_kept_entries(self) -> list[int]:
-        """`kept_entries` carrying more than ``LONG_TEXT_CHARS`` characters of text: the
-        only ones a shortening rung can change."""
-        return self.kept_among(self.history.long_texts)
 
     def kept_among(self, indexes: set[int]) -> list[int]:
         """The kept entries among ``indexes``, oldest first, walking whichever is smaller:
