@@ -206,43 +206,11 @@ class ReplayResult:
 
 def _row_dict(row: ReplayRow) -> dict[str, Any]:
     """``asdict(row)`` plus ``over_budget``, without asdict's recursive deep copy: a row's
-    only container is its list of rung names, and a million-message replay has 500,000 rows.
-    (Spelled out: one dict display is the cheapest way to make a dict.)"""
-    (
-        request,
-        history_messages,
-        history_tokens,
-        tokens_before,
-        tokens_after,
-        messages_before,
-        messages_after,
-        compacted,
-        level,
-        applied,
-        budget,
-        trigger,
-        prefix_messages,
-        prefix_tokens,
-        prefix_share,
-    ) = row._values
-    return {
-        "request": request,
-        "history_messages": history_messages,
-        "history_tokens": history_tokens,
-        "tokens_before": tokens_before,
-        "tokens_after": tokens_after,
-        "messages_before": messages_before,
-        "messages_after": messages_after,
-        "compacted": compacted,
-        "level": level,
-        "applied": list(applied),
-        "budget": budget,
-        "trigger": trigger,
-        "prefix_messages": prefix_messages,
-        "prefix_tokens": prefix_tokens,
-        "prefix_share": prefix_share,
-        "over_budget": tokens_after > budget,
-    }
+    only container is its list of rung names, and a million-message replay has 500,000 rows."""
+    data = dict(zip(_ROW_FIELDS, row._values, strict=True))
+    data["applied"] = list(data["applied"])
+    data["over_budget"] = data["tokens_after"] > data["budget"]
+    return data
 
 
 class ReplayModel:
