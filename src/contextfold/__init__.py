@@ -36,7 +36,8 @@ from .tokens import (
     TokenCounter,
     build_counter,
 )
-from .views import fit, strip_metadata
+from .oneshot import afit, fit
+from .views import strip_metadata
 
 try:
     __version__ = version("contextfold")
@@ -72,6 +73,7 @@ __all__ = [
     "SummaryStats",
     "TokenCounter",
     "__version__",
+    "afit",
     "build_counter",
     "derive_budget",
     "fit",

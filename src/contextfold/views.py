@@ -1,30 +1,10 @@
-"""Conveniences for plain-library use with a list of chat messages and any client."""
+"""Views handed to callers: copies that share nothing mutable with history, and the
+provider-ready form without contextfold's ``metadata`` key."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Mapping
 from typing import Any
-
-
-def fit(
-    messages: Iterable[Mapping[str, Any]], token_budget: int, **settings: Any
-) -> list[dict[str, Any]]:
-    """One-shot: the view of ``messages`` that fits ``token_budget`` tokens.
-
-    For a loop that calls a model many times, keep a `ContextFold` instead: it counts each
-    message once and keeps compaction sticky (prefix-cache friendly). Must not be called
-    from inside a running event loop (use ``await ContextFold(...).get_messages_for_request``).
-    """
-
-    from .manager import ContextFold  # late: the manager itself uses `detached`
-
-    async def run() -> list[dict[str, Any]]:
-        context = ContextFold(settings)
-        await context.set_messages(list(messages))
-        return await context.get_messages_for_request(token_budget=token_budget)
-
-    return asyncio.run(run())
 
 
 def strip_metadata(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
