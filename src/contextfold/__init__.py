@@ -25,6 +25,7 @@ from .events import (
 )
 from .manager import ContextFold, SummaryStats
 from .messages import Kind
+from .oneshot import afit, fit
 from .recall import RecallError
 from .repair import Repair
 from .report import RequestReport
@@ -36,7 +37,6 @@ from .tokens import (
     TokenCounter,
     build_counter,
 )
-from .oneshot import afit, fit
 from .views import strip_metadata
 
 try:

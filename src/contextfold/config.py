@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import difflib
 import logging
-import reprlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from .compaction.ladder import normalize_strategies
 from .errors import ConfigError
+from .shown import shown
 
 logger = logging.getLogger(__name__)
 
@@ -94,8 +95,6 @@ class ContextConfig:
         _check_int_at_least("protected_tool_results", self.protected_tool_results, 0)
         _check_int_at_least("truncate_chars", self.truncate_chars, 0)
         _check_bool("compaction_enabled", self.compaction_enabled)
-        from .compaction.ladder import normalize_strategies  # late: it reads `shown` from here
-
         object.__setattr__(self, "strategies", normalize_strategies(self.strategies))
         _check_bool("compaction_notice_enabled", self.compaction_notice_enabled)
         _check_int_at_least(
@@ -253,64 +252,6 @@ def default_target_usage(compact_threshold: Any) -> Any:
     if followed >= DEFAULT_TARGET_USAGE:
         return DEFAULT_TARGET_USAGE
     return round(followed, 4) or followed
-
-
-# A value echoed in an error comes from a config file: a YAML alias bomb expands to billions of
-# elements under repr(), and a 5,000-digit integer cannot be repr()'d at all. Errors show it
-# through these bounds instead.
-class _BoundedRepr(reprlib.Repr):
-    def __init__(self) -> None:
-        super().__init__()
-        self.maxlevel = 2
-        self.maxlist = self.maxtuple = self.maxset = self.maxfrozenset = 4
-        self.maxdeque = self.maxarray = self.maxdict = 4
-        self.maxstring = 80
-        self.maxlong = 40
-        self.maxother = 60
-
-    def repr_int(self, x: int, level: int) -> str:
-        if x.bit_length() > 128:  # repr() itself refuses past 4,300 digits
-            return f"<int of {x.bit_length()} bits>"
-        return super().repr_int(x, level)
-
-    def repr_instance(self, x: Any, level: int) -> str:
-        # Subclasses (a YAML loader's ordered maps, str subclasses) would otherwise get the
-        # builtin repr in full before it is cut.
-        if isinstance(x, str):
-            return self.repr_str(str(x), level)
-        if isinstance(x, int) and not isinstance(x, bool):
-            return self.repr_int(int(x), level)
-        if isinstance(x, Mapping):
-            return self.repr_dict(dict(list(_first(x.items(), self.maxdict + 1))), level)
-        if isinstance(x, list | tuple | set | frozenset):
-            return self.repr_list(list(_first(x, self.maxlist + 1)), level)
-        if isinstance(x, float | complex | bool | type(None)):
-            return repr(x)
-        return f"<{type(x).__name__}>"
-
-
-def _first(items: Any, n: int) -> list[Any]:
-    out = []
-    for item in items:
-        if len(out) == n:
-            break
-        out.append(item)
-    return out
-
-
-_bounded = _BoundedRepr()
-_SHOWN_MAX_CHARS = 120
-
-
-def shown(value: Any) -> str:
-    """A config value as an error message may quote it: at most a line, whatever it holds."""
-    try:
-        text = _bounded.repr(value)
-    except Exception:  # a hostile __repr__ or __len__ must not replace the real error
-        return f"<{type(value).__name__}>"
-    if len(text) > _SHOWN_MAX_CHARS:
-        text = text[: _SHOWN_MAX_CHARS - 3] + "..."
-    return text
 
 
 def _unknown_key_message(key: Any, known: set[str]) -> str:

@@ -95,6 +95,10 @@ HISTORY_ONLY_METADATA = frozenset(
 )
 
 HOOK_SOURCE = "hook"
+# A user-role message is a human prompt unless its metadata says it came from elsewhere:
+# hook injections, reminders and our own notices are user-role but not human input
+# (`is_human_prompt`).
+HUMAN_SOURCES = frozenset({"user", "human", "cli", "prompt", "repl", "api"})
 
 # Provider state carried on a message's metadata that must not be dropped: the OpenAI
 # provider replays ``openai:tool_search_items`` (the tool_search_call/tool_search_output
@@ -324,7 +328,7 @@ def is_human_prompt(message: Mapping[str, Any]) -> bool:
     - not ephemeral (`is_ephemeral`, which covers persisted reminders) and not a hook
       injection (`is_hook_injection`);
     - its ``metadata.source``, if any, names a person (``human``, ``user``, ...): see
-      ``contextfold.messages.HUMAN_SOURCES``;
+      `HUMAN_SOURCES`;
     - its text is not a ``<system-reminder>`` envelope (`is_reminder_envelope`).
     """
     if message.get("role") != "user" or "tool_call_id" in message:
@@ -335,8 +339,6 @@ def is_human_prompt(message: Mapping[str, Any]) -> bool:
     ):
         return False
     if not marks_nothing(_metadata(message)):  # the admission stamp alone marks nothing
-        from .messages import HUMAN_SOURCES  # late: messages imports this module
-
         if is_reference_only(message) or is_ephemeral(message) or is_hook_injection(message):
             return False
         source = _metadata(message).get("source")

@@ -28,10 +28,8 @@ from .errors import MessageValidationError
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
-# A user-role message is a human prompt unless its metadata says it came from elsewhere:
-# hook injections, reminders and our own notices are user-role but not human input
-# (see `conventions.is_human_prompt`).
-HUMAN_SOURCES = frozenset({"user", "human", "cli", "prompt", "repl", "api"})
+# Which metadata sources name a person (`conventions.is_human_prompt`).
+HUMAN_SOURCES = conventions.HUMAN_SOURCES
 NOTICE_SOURCE = "context-fold"
 
 

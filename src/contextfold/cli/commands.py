@@ -18,9 +18,7 @@ from amplifier_core.llm_errors import ContextLengthError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from contextfold import ConfigError, ContextConfig
 from contextfold.amplifier.doc_tool import MIN_RESULT_CHARS
-from contextfold.cli import EXIT_BAD_INPUT, EXIT_DOES_NOT_FIT, EXIT_OK, MIN_DEMO_WINDOW
 from contextfold.cli.chart import Series, write_size_chart
 from contextfold.cli.config import load_config_file, parse_overrides
 from contextfold.cli.demo import (
@@ -31,7 +29,13 @@ from contextfold.cli.demo import (
     demo_runs,
     run_demo,
 )
-from contextfold.cli.errors import InputError
+from contextfold.cli.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_DOES_NOT_FIT,
+    EXIT_OK,
+    MIN_DEMO_WINDOW,
+    InputError,
+)
 from contextfold.cli.files import check_output_option, display_path
 from contextfold.cli.readers import read_conversation
 from contextfold.cli.replay import ReplayError, ReplayResult, _row_columns, replay_messages
@@ -43,6 +47,8 @@ from contextfold.cli.report import (
     replay_totals_table,
     write_json,
 )
+from contextfold.config import ContextConfig
+from contextfold.errors import ConfigError
 
 UNMANAGED_COLOR = "#7b1fa2"
 MANAGED_COLOR = "#1565c0"

@@ -22,13 +22,10 @@ from typing import Any
 
 from amplifier_core.models import ModelInfo, ProviderInfo
 
-from contextfold import (
-    ConfigError,
-    ContextConfig,
-    ContextFold,
-    MessageValidationError,
-    RequestReport,
-)
+from contextfold.config import ContextConfig
+from contextfold.errors import ConfigError, MessageValidationError
+from contextfold.manager import ContextFold
+from contextfold.report import RequestReport
 
 # The output reserve a replayed "model" declares. Budgets follow the main contract's
 # formula (window - 0.5 * max_output_tokens - safety margin), so this only moves the budget.

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
-from ..config import shown
 from ..errors import ConfigError
+from ..shown import shown
 from .clear import ClearToolResults
 from .rungs import DropOldest, Rung, StripEarlierThinking, TruncateLongText, TruncateToolResults
 from .summarize import Summarize

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from ..config import shown
 from ..errors import ConfigError
+from ..shown import shown
 
 
 def _is_int(value: Any) -> bool:
