@@ -238,6 +238,7 @@ async def test_session_resolves_context_fold_by_module_id() -> None:
         assert context.last_report is not None and context.last_report.budget == 30_000
 
 
+@pytest.mark.slow
 def test_kernel_validator_accepts_the_module() -> None:
     result = subprocess.run(
         kernel_cli("validate", "context", str(ROOT / "src" / "contextfold" / "amplifier")),

@@ -48,6 +48,7 @@ def test_the_three_ladders_are_the_defaults_clear_and_summarize() -> None:
     assert rung == {"name": "summarize", "max_input_tokens": 3_000, "max_output_tokens": 300}
 
 
+@pytest.mark.slow
 async def test_ladders_side_by_side_keep_their_counters_consistent(sessions: list[Any]) -> None:
     window, cap = 4_000, 4_096
     # A small summarizer budget makes small blocks, so the summarize rung acts on this sample.
@@ -131,6 +132,7 @@ def test_ladders_cli_refuses_bad_arguments(
 demo_mod = _load("bench_demo_ladders")
 
 
+@pytest.mark.slow
 async def test_demo_summarize_run_counts_every_summary_request_and_resumes_without_calls() -> None:
     from contextfold.cli.demo import DemoSettings
 
@@ -153,6 +155,7 @@ async def test_demo_summarize_run_counts_every_summary_request_and_resumes_witho
     assert resume.records_reused > 0
 
 
+@pytest.mark.slow
 async def test_demo_uncompacted_run_is_the_baseline_of_the_goal() -> None:
     from contextfold.cli.demo import DemoSettings
 
@@ -226,6 +229,7 @@ def test_best_line_names_the_best_summarizing_run_and_its_bound() -> None:
     assert demo_mod.best_line(runs[:1], base) is None
 
 
+@pytest.mark.slow
 async def test_a_resume_whose_stored_summary_covers_later_turns_goes_on_without_it() -> None:
     from contextfold.cli.demo import DemoSettings
 
@@ -240,6 +244,7 @@ async def test_a_resume_whose_stored_summary_covers_later_turns_goes_on_without_
     assert resume.repeat_calls == 0
 
 
+@pytest.mark.slow
 async def test_the_demos_default_task_meets_issue_10s_goal_with_the_summarize_ladder() -> None:
     """The demo exactly as `contextfold demo` runs it: the summarize ladder serves at least 85%
     of its chat input from the prompt cache and sends at least 60% fewer tokens in total
@@ -260,6 +265,7 @@ async def test_the_demos_default_task_meets_issue_10s_goal_with_the_summarize_la
     assert summarized.cache_share > managed.cache_share
 
 
+@pytest.mark.slow
 async def test_where_the_goal_is_out_of_reach_the_summarize_ladder_still_caches_more() -> None:
     """The earlier task shape (40 lookups of 6,000 characters in the same window: each step
     adds 8% of the window, so no compaction can serve 85% from the cache; the bench prints the

@@ -35,6 +35,7 @@ def test_short_conversations_are_well_formed(bench: ModuleType, size: int) -> No
     assert result.totals.history_kept
 
 
+@pytest.mark.slow
 def test_a_small_run_prints_the_table_and_skips_what_would_take_too_long(
     bench: ModuleType, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -53,6 +54,7 @@ def test_a_small_run_prints_the_table_and_skips_what_would_take_too_long(
         assert 0 < row["replay_own_s"] < row["replay_s"]
 
 
+@pytest.mark.slow
 def test_the_command_is_timed_end_to_end_beside_the_library_replay(
     bench: ModuleType, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -54,6 +54,7 @@ def numbers(demo: Outcome) -> dict[str, Any]:
     return json.loads((demo.folder / "demo.json").read_text(encoding="utf-8"))
 
 
+@pytest.mark.slow
 def test_demo_succeeds_quietly(demo: Outcome) -> None:
     assert demo.status == EXIT_OK, demo.err
     assert demo.err == ""  # --quiet: no progress bar, and nothing went wrong
@@ -210,6 +211,7 @@ def summarized(tmp_path_factory: pytest.TempPathFactory) -> tuple[Outcome, dict[
     return Outcome(status, out, err, folder), numbers
 
 
+@pytest.mark.slow
 def test_summarize_run_writes_summaries_and_counts_them_consistently(
     summarized: tuple[Outcome, dict[str, Any]],
 ) -> None:
@@ -332,6 +334,7 @@ def test_no_subcommand_prints_help_and_fails(capsys: pytest.CaptureFixture[str])
     assert "usage: contextfold" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_version_through_python_dash_m_without_heavy_imports() -> None:
     version = subprocess.run(
         [sys.executable, "-m", "contextfold.cli", "--version"],
@@ -357,6 +360,7 @@ def test_version_through_python_dash_m_without_heavy_imports() -> None:
     assert probe.stdout.strip() == "[]", probe.stderr
 
 
+@pytest.mark.slow
 def test_help_states_the_window_the_default_task_really_needs(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -68,6 +68,7 @@ def test_a_symlink_to_dev_zero_is_refused(tmp_path: Path) -> None:
     assert_refused(replay(str(link), "--out", str(tmp_path / "o")), "device")
 
 
+@pytest.mark.slow
 def test_a_symlink_to_a_regular_file_is_read(tmp_path: Path, conversation: Path) -> None:
     link = tmp_path / "link.json"
     link.symlink_to(conversation)
@@ -79,6 +80,7 @@ def test_a_directory_is_refused(tmp_path: Path) -> None:
     assert_refused(replay(str(tmp_path), "--out", str(tmp_path / "o")), "a directory")
 
 
+@pytest.mark.slow
 def test_a_file_over_max_bytes_is_refused_and_the_cap_can_be_raised(
     tmp_path: Path, conversation: Path
 ) -> None:
@@ -109,6 +111,7 @@ def test_the_read_itself_is_bounded() -> None:
     assert b"Name:" in read_regular_file(status, 1 << 20, what="file")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "text", "fragments"),
     [
@@ -161,6 +164,7 @@ def test_a_message_nested_too_deep_to_walk_is_a_refused_message() -> None:
     assert caught.value.place == "message 1"
 
 
+@pytest.mark.slow
 def test_a_file_name_that_is_not_utf8_is_replayed_and_shown_escaped(
     tmp_path: Path, conversation: Path
 ) -> None:
@@ -174,6 +178,7 @@ def test_a_file_name_that_is_not_utf8_is_replayed_and_shown_escaped(
     assert data["source"].endswith("\\xffconv.json")
 
 
+@pytest.mark.slow
 def test_default_output_folder_of_an_odd_name_is_plain_ascii(
     tmp_path: Path, conversation: Path
 ) -> None:
@@ -189,6 +194,7 @@ def test_default_output_folder_of_an_odd_name_is_plain_ascii(
 # -- options -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("pair", "fragments"),
     [
@@ -204,6 +210,7 @@ def test_set_values_that_are_not_text_are_refused(
     assert_refused(done, *fragments)
 
 
+@pytest.mark.slow
 def test_set_values_too_big_to_parse_are_refused_in_one_line(
     tmp_path: Path, conversation: Path
 ) -> None:
@@ -221,12 +228,14 @@ def test_a_config_file_holding_a_lone_surrogate_is_refused(
     assert_refused(done, "fold.yaml", "token_model", "lone surrogate")
 
 
+@pytest.mark.slow
 def test_a_config_fifo_is_refused(tmp_path: Path, conversation: Path) -> None:
     fifo = tmp_path / "fold.toml"
     os.mkfifo(fifo)
     assert_refused(replay(str(conversation), "--config", str(fifo)), "fold.toml", "FIFO")
 
 
+@pytest.mark.slow
 def test_a_yaml_alias_bomb_in_the_config_is_one_short_line(
     tmp_path: Path, conversation: Path
 ) -> None:
@@ -242,6 +251,7 @@ def test_a_yaml_alias_bomb_in_the_config_is_one_short_line(
     assert_refused(done, "bomb.yaml")
 
 
+@pytest.mark.slow
 def test_an_unknown_meter_mode_warns_once(tmp_path: Path, conversation: Path) -> None:
     done = replay(
         str(conversation), "--set", "token_meter=actaul", "--out", str(tmp_path / "o"), "--quiet"
@@ -253,6 +263,7 @@ def test_an_unknown_meter_mode_warns_once(tmp_path: Path, conversation: Path) ->
 # -- what is written -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_empty_out_is_refused_and_nothing_is_written(tmp_path: Path, conversation: Path) -> None:
     done = replay(str(conversation), "--out", "", cwd=tmp_path)
     assert_refused(done, "--out", "empty")
@@ -260,6 +271,7 @@ def test_an_empty_out_is_refused_and_nothing_is_written(tmp_path: Path, conversa
     assert not (tmp_path / "contextfold-out").exists()
 
 
+@pytest.mark.slow
 def test_an_out_that_is_a_symlink_is_refused(tmp_path: Path, conversation: Path) -> None:
     real = tmp_path / "real"
     real.mkdir()
@@ -270,6 +282,7 @@ def test_an_out_that_is_a_symlink_is_refused(tmp_path: Path, conversation: Path)
     assert list(real.iterdir()) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("planted", ["replay.json", "requests.png"])
 def test_a_symlink_planted_in_out_is_not_followed(
     tmp_path: Path, conversation: Path, planted: str
@@ -284,6 +297,7 @@ def test_a_symlink_planted_in_out_is_not_followed(
     assert target.read_text() == "keep me"
 
 
+@pytest.mark.slow
 def test_a_fifo_planted_in_out_is_not_written_into(tmp_path: Path, conversation: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
@@ -291,6 +305,7 @@ def test_a_fifo_planted_in_out_is_not_written_into(tmp_path: Path, conversation:
     assert_refused(replay(str(conversation), "--out", str(out)), "--out", "replay.json")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["/proc", "file/inside"])
 def test_an_unwritable_out_is_one_line(tmp_path: Path, conversation: Path, where: str) -> None:
     # Root may write anywhere, so the folders here are ones nobody can write into: /proc,

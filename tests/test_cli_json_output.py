@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +26,12 @@ values = st.recursive(
 @settings(max_examples=200, deadline=None)
 @given(st.dictionaries(st.text(max_size=6), values, max_size=5))
 def test_what_is_written_reads_back_as_the_data(data: dict[str, Any]) -> None:
-    target = Path("/tmp") / "contextfold-test-write-json.json"
-    target.unlink(missing_ok=True)
-    write_json(target, data)
-    assert json.loads(target.read_text(encoding="utf-8")) == json.loads(json.dumps(data))
-    target.unlink()
+    # A folder of its own per example: a fixed path in /tmp is shared with every other test
+    # run on the machine, and two runs at once read each other's half-written file.
+    with tempfile.TemporaryDirectory() as folder:
+        target = Path(folder) / "replay.json"
+        write_json(target, data)
+        assert json.loads(target.read_text(encoding="utf-8")) == json.loads(json.dumps(data))
 
 
 def test_rows_are_one_to_a_line_and_containers_indented(tmp_path: Path) -> None:

@@ -449,6 +449,7 @@ def test_conversation_that_cannot_fit_exits_1(
 # -- the real entry points -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_console_script_replays_a_shipped_example(tmp_path: Path) -> None:
     script = Path(sys.executable).with_name("contextfold")
     assert script.exists(), "the console script is installed with the package"
@@ -473,6 +474,7 @@ def test_console_script_replays_a_shipped_example(tmp_path: Path) -> None:
     assert load_json(tmp_path)["totals"]["history_kept"] is True
 
 
+@pytest.mark.slow
 def test_python_dash_m_reports_a_bad_file_without_traceback(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"role": "user", "content": "hi"}\n{broken\n')
@@ -579,6 +581,7 @@ def test_incremental_prefix_matches_a_full_recount() -> None:
         previous = view
 
 
+@pytest.mark.slow
 def test_long_replay_shows_a_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
     import os
     import pty
@@ -624,14 +627,14 @@ def test_long_replay_shows_a_progress_bar_on_a_terminal_only(tmp_path: Path) -> 
 def test_readme_replay_example_is_what_the_command_prints(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """The README shows the example's output in full; it must be today's output.
+    """The CLI page of the docs shows the example's output in full; it must be today's output.
 
-    When compaction changes, refresh the block with the command the README names (run from
+    When compaction changes, refresh the block with the command the page names (run from
     the repository root; the three file paths at the end carry a timestamp and are not
     compared).
     """
     root = EXAMPLES.parent
-    readme = (root / "README.md").read_text(encoding="utf-8")
+    readme = (root / "docs" / "cli.md").read_text(encoding="utf-8")
     command = "uv run contextfold replay examples/agent-session.json --window 16000"
     after = readme.index(f"(`{command}`):")
     start = readme.index("```\n", after) + len("```\n")

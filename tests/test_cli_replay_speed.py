@@ -86,6 +86,7 @@ message_lines = st.sampled_from(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(message_lines, min_size=1, max_size=8), st.sampled_from(["\n", "\r\n", "\r"]))
 def test_jsonl_lines_read_as_json_loads_reads_them(
@@ -226,6 +227,7 @@ def plain_rows(draw: st.DrawFn) -> list[dict[str, Any]]:
     return [{key: draw(kinds[key]) for key in keys} for _ in range(draw(st.integers(0, 6)))]
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(st.dictionaries(st.text(max_size=6), values | rows() | plain_rows(), max_size=5))
 def test_the_report_is_written_as_the_plain_layout_writes_it(

@@ -93,6 +93,7 @@ def test_demo_keeps_its_session_in_a_store(
     assert "--store" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_demo_with_tools_compares_the_message_budget_with_the_measured_request(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -152,6 +152,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 async def test_every_acknowledged_message_survives_kill_9(tmp_path: Path) -> None:
     store = url(tmp_path)
     rng = random.Random(7)
@@ -428,6 +429,7 @@ def facts(history: Any) -> Any:
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     messages=st.one_of(conversations(), faulty_conversations()),

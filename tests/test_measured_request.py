@@ -526,6 +526,7 @@ FOLD = {
 }
 
 
+@pytest.mark.slow
 async def test_tool_schemas_the_message_budget_misses_overflow_and_the_measured_path_fits() -> None:
     schemas = ExactCounter("o200k_base").count_tools(
         [_tool_spec(CatalogTool(i)).model_dump(exclude_none=True) for i in range(40)]

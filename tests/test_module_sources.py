@@ -163,6 +163,7 @@ async def test_a_tree_without_the_packages_fails_as_the_issue_reported(
         await loader.load("context-fold", {}, source_hint=SOURCE)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module_id", sorted(MODULES))
 def test_kernel_validator_accepts_each_package(module_id: str) -> None:
     kind, package = MODULES[module_id]

@@ -1,7 +1,7 @@
 """`pip install contextfold` as a host would do it: the library alone, without the extras.
 
 The wheel is built from this tree and installed into a fresh virtual environment with no
-extras; the library must import and run the README's library example there without
+extras; the library must import and run the getting-started page's library example there without
 amplifier-core, rich, matplotlib or PyYAML, and the console script must name the extra it
 needs. Integration tests: they build and install for real (about 5 s with a warm uv cache).
 """
@@ -25,7 +25,7 @@ from contextfold import ContextLengthError
 from contextfold.errors import StandaloneContextLengthError, context_length_error
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+GETTING_STARTED = (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
 EXTRAS_ONLY = ("amplifier_core", "rich", "matplotlib", "yaml")
 
 pytestmark = pytest.mark.integration
@@ -68,6 +68,7 @@ def _python(venv: Path, source: str) -> subprocess.CompletedProcess[str]:
     return _run([str(venv / "bin" / "python"), "-c", source], cwd=venv)
 
 
+@pytest.mark.slow
 def test_library_installs_without_the_extras(bare_venv: Path) -> None:
     probe = f"""
 import importlib.util, json, sys
@@ -92,6 +93,7 @@ print(json.dumps({{
     assert report["error"] == ["context-fold", "m", 12, 10, False, None]
 
 
+@pytest.mark.slow
 def test_modules_mount_in_a_host_without_the_kernel_package(bare_venv: Path) -> None:
     # The wheel carries the amplifier_module_* doors and the entry points; the context
     # module mounts on a host's own coordinator with no amplifier-core installed.
@@ -135,10 +137,11 @@ asyncio.run(main())
     }
 
 
+@pytest.mark.slow
 def test_readme_library_example_runs_without_the_extras(bare_venv: Path) -> None:
     [example] = [
         block
-        for block in re.findall(r"```python\n(.*?)```", README, flags=re.S)
+        for block in re.findall(r"```python\n(.*?)```", GETTING_STARTED, flags=re.S)
         if "from contextfold import ContextFold, strip_metadata" in block
     ]
     result = _python(bare_venv, example)
@@ -146,6 +149,7 @@ def test_readme_library_example_runs_without_the_extras(bare_venv: Path) -> None
     assert re.search(r"history: 62 messages; sent: \d+ messages", result.stdout), result.stdout
 
 
+@pytest.mark.slow
 def test_console_script_names_the_missing_extra(bare_venv: Path) -> None:
     result = _run([str(bare_venv / "bin" / "contextfold"), "demo", "--steps", "2"])
     assert result.returncode == 2

@@ -84,6 +84,7 @@ def assert_every_request_accepted(provider: ScriptedProvider, steps: int) -> Non
 # -- 7.1: signed thinking must not pin every turn of a long single-prompt run ---------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("steps", "context_window"),
     [(30, 16_000), (120, 64_000)],
@@ -114,6 +115,7 @@ async def test_7_1_a_long_thinking_run_finishes_in_its_window(
 # -- 7.2: a hook's injection stored between calls and results -------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("role", ["system", "user"])
 async def test_7_2_an_injection_per_tool_call_never_ends_the_run(role: str) -> None:
     steps = 60

@@ -53,6 +53,7 @@ def containers(value: Any) -> list[int]:
     return []
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(st.dictionaries(KEYS, VALUES, max_size=5))
 def test_private_copy_is_the_round_trip(message: dict[Any, Any]) -> None:

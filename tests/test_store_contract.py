@@ -67,6 +67,7 @@ def record(text: str, span: str = "span", session: str | None = "s") -> SummaryR
     )
 
 
+@pytest.mark.slow
 async def test_every_store_speaks_both_protocols(store: SessionStore) -> None:
     assert isinstance(store, SessionStore)
     assert isinstance(store, SummaryStore)
@@ -352,6 +353,7 @@ async def test_concurrent_put_if_absent_converges_on_one_record(store: SessionSt
     assert len(await store.records()) == 1
 
 
+@pytest.mark.slow
 async def test_a_closed_store_refuses_work(store: SessionStore) -> None:
     await store.close()
     with pytest.raises(StoreError, match="closed"):

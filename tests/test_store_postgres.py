@@ -20,6 +20,7 @@ def server() -> Iterator[PostgresServer]:
     started.stop()
 
 
+@pytest.mark.slow
 async def test_a_schema_newer_than_the_code_is_refused_clearly(server: PostgresServer) -> None:
     url = server.fresh_database("newer")
     store = await open_store(url)
@@ -98,6 +99,7 @@ async def test_a_version_2_database_migrates_forward_keeping_rows_without_classi
     assert versions == [(SCHEMA_VERSION,)]
 
 
+@pytest.mark.slow
 async def test_another_applications_schema_version_table_is_refused(
     server: PostgresServer,
 ) -> None:
@@ -116,6 +118,7 @@ async def test_another_applications_schema_version_table_is_refused(
     assert tables == [("schema_version",)]  # nothing of ours was created beside it
 
 
+@pytest.mark.slow
 async def test_many_clients_opening_a_new_database_at_once_migrate_it_once(
     server: PostgresServer,
 ) -> None:

@@ -83,6 +83,7 @@ async def stored_log(url: str, session_id: str) -> list[tuple[int, str, int]]:
     return [(m.seq, m.message["content"], m.cost) for m in session.messages]
 
 
+@pytest.mark.slow
 def test_every_acknowledged_append_survives_kill_9(url: str) -> None:
     rng = random.Random(11)
     kills = 20 if url.startswith("sqlite") else 5
@@ -110,6 +111,7 @@ def race(url: str, args: list[list[str]]) -> list[list[str]]:
     return outputs
 
 
+@pytest.mark.slow
 def test_two_workers_one_session_no_gap_no_duplicate_langgraph_8115(url: str) -> None:
     # LangGraph #8115: racing writers lost data silently. Two processes append to one
     # session, both starting from "the session is new" (OpenAI Agents SDK #2722's first-write
@@ -136,6 +138,7 @@ def test_two_workers_one_session_no_gap_no_duplicate_langgraph_8115(url: str) ->
     assert conflicts >= 1  # the first write raced: one of the two lost it and was told
 
 
+@pytest.mark.slow
 def test_two_workers_summarizing_one_span_converge_on_one_record(url: str) -> None:
     outputs = race(url, [["summary", url, name] for name in ("a", "b")])
     held = {line for lines in outputs for line in lines}

@@ -83,6 +83,7 @@ async def test_open_store_opens_at_once(tmp_path: Path) -> None:
         await open_store(f"sqlite:///{tmp_path}/picture.db")
 
 
+@pytest.mark.slow
 async def test_an_unreachable_postgresql_server_is_a_clear_error(tmp_path: Path) -> None:
     # A socket directory with no server in it: refused at once, no TCP, no waiting.
     from contextfold.store.postgres import PostgresStore

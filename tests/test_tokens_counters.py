@@ -521,6 +521,7 @@ def test_special_token_text_is_counted_not_refused() -> None:
 _TEXTS = st.one_of(st.text(max_size=30), st.sampled_from(["", "bad \ud800", "héllo wörld"]))
 
 
+@pytest.mark.slow
 @given(
     role=st.one_of(st.sampled_from(["user", "assistant", "tool", "system", ""]), st.none()),
     content=st.one_of(_TEXTS, st.none(), st.just([{"type": "text", "text": "hi"}])),

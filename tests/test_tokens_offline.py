@@ -118,6 +118,7 @@ def test_known_token_ids_from_the_openai_cookbook() -> None:
     assert ExactCounter("o200k_base").count_text("tiktoken is great!") == 6
 
 
+@pytest.mark.slow
 def test_loading_never_touches_the_network(tmp_path: Path) -> None:
     # A fresh interpreter, so the vocabularies really load under the block.
     script = textwrap.dedent(
