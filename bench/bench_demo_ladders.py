@@ -16,7 +16,7 @@ Per run:
 - input served from the prompt cache: cache reads over the input of chat requests;
 - the largest request, compactions, summaries written and reused, requests over the window.
 
-Issue 10's goal: with the summarize ladder, at least 85 % of the input from the cache and
+The caching goal: with the summarize ladder, at least 85 % of the input from the cache and
 total tokens at least 60 % below the uncompacted run. The bench says which run, if any, meets
 it, names the best summarizing run, and gives the bound this task puts on any compaction that
 rewrites the view after its head (`cache_bound`), from the run's own figures.
@@ -210,7 +210,7 @@ def goal_line(run: RunSummary, uncompacted: RunSummary) -> str:
         f"{run.label}: {run.cache_share:.1%} of chat input from the cache (goal "
         f"{CACHE_GOAL:.0%}), {run.total_tokens:,} tokens in total, "
         f"{saving(run, uncompacted):.0%} below the uncompacted run's "
-        f"{uncompacted.total_tokens:,} (goal {SAVING_GOAL:.0%}): {verdict} issue 10's goal."
+        f"{uncompacted.total_tokens:,} (goal {SAVING_GOAL:.0%}): {verdict} the caching goal."
     )
 
 

@@ -17,7 +17,7 @@ Histories of 1,000 and 10,000 messages (``bench_requests.make_history``, seeded)
 untimed with the heuristic counter (the steady path reads cached costs, whatever counted them);
 every request passes ``token_budget`` so large that nothing compacts. Calls are timed in
 batches, the variants interleaved batch by batch so they share the machine's state, and the
-median per call is reported. The goal checked is the issue's: the mounted steady path within
+median per call is reported. The goal checked: the mounted steady path within
 1.5x of the library path. ``--profile`` adds a cProfile of the mounted path. Run::
 
     uv run python bench/bench_mounted.py

@@ -168,7 +168,7 @@ async def test_demo_uncompacted_run_is_the_baseline_of_the_goal() -> None:
     assert not managed.overflowed and managed.compactions > 0
     assert managed.total_tokens < base.total_tokens
     line = demo_mod.goal_line(managed, base)
-    assert line.startswith("with context-fold: ") and "issue 10's goal" in line
+    assert line.startswith("with context-fold: ") and "the caching goal" in line
     assert demo_mod.meets_goal(base, base) is False  # 0 % saved: never the goal
 
 
