@@ -1,4 +1,5 @@
-"""The BFCL benchmark corpus (bench/bfcl_corpus.py) builds well-formed, deterministic histories."""
+"""The BFCL benchmark corpus (contextfold.evaluation.bfcl, which bench/bfcl_corpus.py
+re-exports) builds well-formed, deterministic histories."""
 
 from __future__ import annotations
 
@@ -153,14 +154,18 @@ def test_held_out_function_turn_gets_bfcl_prompt() -> None:
 
 
 def test_missing_simulator_is_skipped_not_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = corpus_mod._simulator_class
+    # The builder lives in the package; the bench file re-exports it.
+    import contextfold.evaluation.bfcl as builder
+
+    assert corpus_mod.build_corpus is builder.build_corpus
+    real = builder._simulator_class
 
     def without_twitter(class_name: str) -> type:
         if class_name == "TwitterAPI":
             raise ImportError("simulated missing dependency")
         return real(class_name)
 
-    monkeypatch.setattr(corpus_mod, "_simulator_class", without_twitter)
+    monkeypatch.setattr(builder, "_simulator_class", without_twitter)
     corpus = corpus_mod.build_corpus("base", limit=10)
     assert corpus.skipped, "base_0 involves TwitterAPI and must be reported as skipped"
     assert all("simulated missing dependency" in reason for reason in corpus.skipped.values())

@@ -1,4 +1,4 @@
-"""The ``contextfold`` command: ``demo`` and ``replay``.
+"""The ``contextfold`` command: ``demo``, ``replay``, ``eval`` and ``sessions``.
 
 Exit status: 0 on success; 1 when a conversation cannot fit the window even fully compacted
 (``ContextLengthError``: its protected content alone is too big); 2 for bad input or usage (a
@@ -216,9 +216,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="set one config key (repeatable; applied after --config)",
     )
     _add_output_options(replay, "replay-<file>-<timestamp>")
+    from contextfold.cli.eval_parser import add_eval_parser
     from contextfold.cli.sessions import add_sessions_parser
 
     add_sessions_parser(commands)
+    add_eval_parser(commands)
     replay.add_argument(
         "-q",
         "--quiet",
@@ -254,6 +256,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from contextfold.cli.commands import run_sessions
 
             return run_sessions(args)
+        if args.command == "eval":
+            from contextfold.cli.eval_command import run_eval_command
+
+            return run_eval_command(args)
         from contextfold.cli.commands import run_replay_command
 
         return run_replay_command(args)
