@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from contextfold.messages import Kind, inspect_message
+from contextfold.messages import Kind, inspect_message, well_formed
 from contextfold.summaries.records import SummaryRecord, covered_hash
 from contextfold.summaries.store import InMemorySummaryStore, SummaryStore
 from contextfold.summaries.summarizer import (
@@ -195,8 +195,10 @@ class SummaryFolder:
     def _fitted(
         self, messages: Sequence[Mapping[str, Any]], group: Sequence[int]
     ) -> list[dict[str, Any]]:
-        """The group as the summarizer reads it: shortened only if it alone is over budget."""
-        members = [dict(messages[i]) for i in group]
+        """The group as the summarizer reads it: shortened only if it alone is over budget,
+        lone surrogates as U+FFFD (as the view sends them: a provider's JSON cannot carry
+        them)."""
+        members = [well_formed(dict(messages[i])) for i in group]
         if self._group_cost(members) <= self.chunk_budget:
             return members
         return shorten_group(members, self.chunk_budget, self.counter)
