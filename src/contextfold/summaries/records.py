@@ -117,6 +117,9 @@ class SummaryRecord:
     def __post_init__(self) -> None:
         if not isinstance(self.text, str) or not self.text.strip():
             raise SummaryRecordError("a summary record needs a non-empty text")
+        problem = ill_formed_at(self.text)
+        if problem is not None:
+            raise SummaryRecordError(f"a summary record's text must be valid Unicode: {problem}")
         ids = self.history_ids
         if not isinstance(ids, tuple) or not all(
             isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids

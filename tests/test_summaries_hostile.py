@@ -1,0 +1,188 @@
+"""Summaries under summarizers and stores that misbehave, through the public API: an answer
+that is not valid text, a record made for a larger window, a pass that would call twice or
+leave a hole, a summary that tries to close its frame, an answer that comes after the
+deadline, a summarizer that reads the context it is summarizing."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contextfold import ContextFold
+from contextfold.summaries import (
+    InMemorySummaryStore,
+    scripted_summarizer,
+)
+from support import SYSTEM, assert_pairing, human, tool_round
+
+SUMMARIZE = {"name": "summarize", "max_input_tokens": 8_000, "max_output_tokens": 400}
+LADDER = ["truncate_tool_results", SUMMARIZE, "drop_oldest"]
+BUDGET = 8_000
+
+
+class Digest:
+    """The offline digest summarizer, counting its calls; ``answer`` may rewrite its text."""
+
+    def __init__(self, answer: Any = None) -> None:
+        self.inner = scripted_summarizer()
+        self.calls = 0
+        self.answer = answer
+
+    async def __call__(self, messages: list[dict[str, Any]], max_tokens: int) -> str:
+        self.calls += 1
+        text = await self.inner(messages, max_tokens)
+        return self.answer(text) if self.answer else text
+
+
+def make(
+    summarizer: Any, store: str | None = None, session_id: str | None = None, **settings: Any
+) -> tuple[ContextFold, list[tuple[str, dict]]]:
+    events: list[tuple[str, dict]] = []
+    settings.setdefault("token_counter", "heuristic")
+    settings.setdefault("strategies", LADDER)
+    context = ContextFold(
+        settings,
+        summarizer=summarizer,
+        store=store,
+        session_id=session_id,
+        on_event=lambda e, d: events.append((e, d)),
+    )
+    return context, events
+
+
+def transcript(rounds: int) -> list[dict[str, Any]]:
+    messages = [SYSTEM, human("Look up every topic and compare them.")]
+    for n in range(rounds):
+        messages.extend(tool_round(n, result_chars=1_500))
+    return messages
+
+
+def summaries(events: list[tuple[str, dict]]) -> list[dict[str, Any]]:
+    return [data for event, data in events if event == "context:summary"]
+
+
+def summary_in(view: list[dict[str, Any]]) -> dict[str, Any] | None:
+    found = [m for m in view if (m.get("metadata") or {}).get("summary")]
+    assert len(found) <= 1
+    return found[0] if found else None
+
+
+def is_one_run(ids: str) -> bool:
+    """``r2-r13`` (one unbroken run of message ids), not ``r2-r13,r40-r52``."""
+    return re.fullmatch(r"r\d+(-r\d+)?", ids) is not None
+
+
+# -- 9: an answer that is not valid text is a failure, never a record -------------------------
+
+
+@pytest.mark.parametrize("store_kind", ["memory", "sqlite"])
+async def test_an_answer_with_a_lone_surrogate_falls_through_and_is_never_stored(
+    store_kind: str, tmp_path: Path
+) -> None:
+    summarizer = Digest(lambda text: text + "\nraw bytes: \udcff\udcfe")
+    events: list[tuple[str, dict]] = []
+    if store_kind == "memory":
+        store = InMemorySummaryStore()
+        context = ContextFold(
+            token_counter="heuristic",
+            strategies=LADDER,
+            summarizer=summarizer,
+            summary_store=store,
+            on_event=lambda e, d: events.append((e, d)),
+        )
+    else:
+        context = ContextFold(
+            token_counter="heuristic",
+            strategies=LADDER,
+            summarizer=summarizer,
+            store=f"sqlite:///{tmp_path / 'agent.db'}",
+            session_id="s1",
+            on_event=lambda e, d: events.append((e, d)),
+        )
+    await context.set_messages(transcript(2))
+    for n in range(2, 30):  # every request answers: none raises
+        for message in tool_round(n, result_chars=1_500):
+            await context.add_message(message)
+        view = await context.get_messages_for_request(token_budget=BUDGET)
+        assert summary_in(view) is None
+        assert_pairing(view)
+    failures = [d["failure"] for d in summaries(events)]
+    assert failures and all(f["reason"] == "not_text" for f in failures)
+    assert "surrogate" in failures[0]["detail"]
+    assert context.summary_stats.failures == len(failures) and summarizer.calls == len(failures)
+    assert await context.summary_store.records() == []
+    assert context.last_report.tokens_after <= BUDGET
+
+
+# -- 19: an answer after the deadline is never used --------------------------------------------
+
+
+class SwallowsTheCancel:
+    """Catches the cancellation it is sent (its timeout's, or the caller's) and answers
+    anyway, late; with ``swallow`` off, answers at once."""
+
+    def __init__(self) -> None:
+        self.answered_late = 0
+        self.waiting = False
+        self.swallow = True
+
+    async def __call__(self, messages: list[dict[str, Any]], max_tokens: int) -> str:
+        if not self.swallow:
+            return "- user: an answer in time"
+        self.waiting = True
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            self.answered_late += 1
+            return "- user: a late summary that must not be used"
+        return "- user: never reached"
+
+
+async def test_a_late_answer_after_a_swallowed_cancel_is_never_used() -> None:
+    summarizer = SwallowsTheCancel()
+    store = InMemorySummaryStore()
+    events: list[tuple[str, dict]] = []
+    context = ContextFold(
+        token_counter="heuristic",
+        strategies=["truncate_tool_results", {**SUMMARIZE, "timeout": 0.05}, "drop_oldest"],
+        summarizer=summarizer,
+        summary_store=store,
+        on_event=lambda e, d: events.append((e, d)),
+    )
+    await context.set_messages(transcript(40))
+    view = await context.get_messages_for_request(token_budget=BUDGET)
+    assert summarizer.answered_late == 1
+    assert summary_in(view) is None and await store.records() == []
+    [failure] = [d["failure"] for d in summaries(events)]
+    assert failure["reason"] == "timeout"
+    assert "drop_oldest" in context.last_report.applied
+    assert context.last_report.tokens_after <= BUDGET
+
+
+async def test_a_cancelled_request_stays_cancelled_when_the_summarizer_swallows_it() -> None:
+    summarizer = SwallowsTheCancel()
+    store = InMemorySummaryStore()
+    context = ContextFold(
+        token_counter="heuristic",
+        strategies=LADDER,
+        summarizer=summarizer,
+        summary_store=store,
+    )
+    await context.set_messages(transcript(40))
+    request = asyncio.ensure_future(context.get_messages_for_request(token_budget=BUDGET))
+    for _ in range(10_000):  # until the pass is waiting for the summarizer
+        if summarizer.waiting:
+            break
+        await asyncio.sleep(0)
+    assert summarizer.waiting
+    request.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await request
+    assert summarizer.answered_late == 1 and await store.records() == []
+    # Nothing was committed: the next request plans from the same state and works.
+    summarizer.swallow = False
+    await context.get_messages_for_request(token_budget=BUDGET)
