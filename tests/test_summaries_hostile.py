@@ -118,6 +118,33 @@ async def test_an_answer_with_a_lone_surrogate_falls_through_and_is_never_stored
     assert context.last_report.tokens_after <= BUDGET
 
 
+# -- 17: one summarizer call per pass, and a summary covers one unbroken run -----------------
+
+
+@pytest.mark.parametrize(("rounds", "budget"), [(80, 8_000), (120, 8_000), (100, 12_000)])
+async def test_a_long_resumed_transcript_makes_one_call_per_pass_without_holes(
+    rounds: int, budget: int
+) -> None:
+    summarizer = Digest()
+    context, events = make(summarizer)
+    await context.set_messages(transcript(rounds))
+    calls_before = 0
+    for n in range(rounds, rounds + 25):  # the first request, then more turns
+        view = await context.get_messages_for_request(token_budget=budget)
+        assert summarizer.calls - calls_before <= 1  # one call per pass
+        calls_before = summarizer.calls
+        assert context.last_report.tokens_after <= budget
+        summary = summary_in(view)
+        if summary is not None:
+            covers = re.match(r'<context-summary covers="([^"]+)">', summary["content"])
+            assert covers and is_one_run(covers[1]), covers
+        for message in tool_round(n, result_chars=1_500):
+            await context.add_message(message)
+    done = summaries(events)
+    assert done and all(d["calls"] <= 1 for d in done)
+    assert all(is_one_run(d["ids"]) for d in done if "ids" in d)
+
+
 # -- 19: an answer after the deadline is never used --------------------------------------------
 
 
