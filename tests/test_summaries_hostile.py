@@ -13,11 +13,13 @@ from typing import Any
 import pytest
 
 from contextfold import ContextFold
+from contextfold.store import open_store
 from contextfold.summaries import (
     InMemorySummaryStore,
+    SummaryFolder,
     scripted_summarizer,
 )
-from support import SYSTEM, assert_pairing, human, tool_round
+from support import SYSTEM, assert_pairing, human, prose, tool_round
 
 SUMMARIZE = {"name": "summarize", "max_input_tokens": 8_000, "max_output_tokens": 400}
 LADDER = ["truncate_tool_results", SUMMARIZE, "drop_oldest"]
@@ -116,6 +118,63 @@ async def test_an_answer_with_a_lone_surrogate_falls_through_and_is_never_stored
     assert context.summary_stats.failures == len(failures) and summarizer.calls == len(failures)
     assert await context.summary_store.records() == []
     assert context.last_report.tokens_after <= BUDGET
+
+
+# -- 10: a stored record too large for this context's summary size is not taken up ------------
+
+
+class Verbose:
+    """A summarizer that writes as much as it is allowed to."""
+
+    name = "verbose"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self, messages: list[dict[str, Any]], max_tokens: int) -> str:
+        self.calls += 1
+        return prose(self.calls, max_tokens * 3)
+
+
+async def test_a_record_made_for_a_larger_window_is_not_adopted_on_resume(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'agent.db'}"
+    messages = transcript(76)  # 154 messages
+    # A worker with a large window wrote a 10k-token summary of r2-r99 into the store.
+    store = await open_store(url)
+    big = SummaryFolder(Verbose(), max_input_tokens=100_000, max_output_tokens=12_000, store=store)
+    written = await big.fold(None, messages[2:100], range(2, 100))
+    assert written.record is not None and written.record.tokens > 8_000
+    await store.close()
+
+    summarizer = Digest()
+    default_sized = ["truncate_tool_results", "summarize", "drop_oldest"]
+    resumed, events = make(summarizer, store=url, session_id="s1", strategies=default_sized)
+    await resumed.set_messages(messages)
+    view = await resumed.get_messages_for_request(token_budget=BUDGET)
+    # The same view a context without that record makes: a summary of this window's size
+    # and most of the recent turns, not the big summary and a handful of messages.
+    fresh, _ = make(Digest(), strategies=default_sized)
+    await fresh.set_messages(messages)
+    expected = await fresh.get_messages_for_request(token_budget=BUDGET)
+    assert len(view) == len(expected) > 20
+    assert resumed.summary_stats.reused == 0 and summarizer.calls == 1
+    summary = summary_in(view)
+    assert summary is not None and len(summary["content"]) < 4 * 1_000
+    assert resumed.last_report.tokens_after <= BUDGET
+    assert [e for e, d in events if e == "context:summary" and "failure" in d] == []
+
+
+async def test_a_folder_summarizes_again_instead_of_reusing_a_record_too_large() -> None:
+    messages = transcript(6)[2:]
+    store = InMemorySummaryStore()
+    big = SummaryFolder(Verbose(), max_input_tokens=40_000, max_output_tokens=4_000, store=store)
+    large = (await big.fold(None, messages, range(2, 2 + len(messages)))).record
+    assert large is not None and large.tokens > 400
+    small = SummaryFolder(Verbose(), max_input_tokens=8_000, max_output_tokens=400, store=store)
+    again = await small.fold(None, messages, range(2, 2 + len(messages)))
+    assert again.record is not None and again.calls == 1 and again.reused == 0
+    assert small.fits(again.record) and not small.fits(large)
+    assert await store.get(large.covered_hash) == large  # the other's record stays as it was
 
 
 # -- 17: one summarizer call per pass, and a summary covers one unbroken run -----------------

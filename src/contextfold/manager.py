@@ -626,16 +626,16 @@ class ContextFold:
             base, adopted = self._state, False
             blocks: list[tuple[int, ...]] = []
             free = 0
-            if self._folder is not None:
-                if base.summary_record is None and not self._summaries_adopted:
-                    found = await self._adopted_summaries(base, self._folder.store)
-                    base, adopted = (found, True) if found is not None else (base, False)
-                blocks, free = await self._summary_blocks(base)
-            # The summarize rung's default summary size follows the budget.
+            # The summarize rung's default summary size follows the budget (and decides
+            # which stored records fit: sized before any is taken up).
             ladder = sized_ladder(self._ladder, budget)
             if self._folder is not None:
                 sized = next(r for r in ladder if isinstance(r, Summarize))
                 self._folder.max_output_tokens = sized.max_output_tokens
+                if base.summary_record is None and not self._summaries_adopted:
+                    found = await self._adopted_summaries(base, self._folder.store)
+                    base, adopted = (found, True) if found is not None else (base, False)
+                blocks, free = await self._summary_blocks(base)
             compact = partial(
                 run_pass,
                 history,
@@ -798,7 +798,7 @@ class ContextFold:
                 continue
             messages = [history.entries[i].message for u in left for i in history.units[u].entries]
             found = await folder.store.get(covered_hash(messages, previous=previous))
-            if found is None:
+            if found is None or not folder.fits(found):
                 return blocks, position
             previous = found
         return blocks, len(blocks)
@@ -897,6 +897,8 @@ class ContextFold:
             if follow is None:
                 break
             chain, links = follow, links + 1
+        if chain is not None and self._folder is not None and not self._folder.fits(chain):
+            chain = None  # made for a larger summary size: it would crowd out the turns
         units = {history.entries[i].unit for i in chain.history_ids} if chain else set()
         covered = set(chain.history_ids) if chain else set()
         if chain is None or any(i not in covered for u in units for i in history.units[u].entries):

@@ -147,7 +147,7 @@ class SummaryFolder:
             chunk_ids = tuple(ids[i] for group in chunk for i in group)
             key = covered_hash(chunk_messages, previous=current)
             found = await self.store.get(key)
-            if found is not None:
+            if found is not None and self.fits(found):
                 expected = (current.history_ids if current else ()) + chunk_ids
                 if found.history_ids != expected:
                     # The same messages at other history indexes (a transcript resumed
@@ -179,9 +179,17 @@ class SummaryFolder:
             winner = await self.store.put_if_absent(record)
             if winner is record:
                 written.append(record)
-            current = winner
+            # The record already stored under this key (another writer's, or one too large
+            # for this summary size, kept for whoever wrote it) is used only if it fits.
+            current = winner if self.fits(winner) else record
         assert current is not None  # messages is not empty, so at least one chunk ran
         return FoldResult(current, len(chunks), calls, reused, tuple(written))
+
+    def fits(self, record: SummaryRecord) -> bool:
+        """Whether a stored record may stand in this folder's summaries: its text is within
+        ``max_output_tokens`` by this folder's counter, as an answer must be. A record written
+        for a larger window (another worker's, an earlier run's) is summarized again."""
+        return self.counter.count_text(record.text) <= self.max_output_tokens
 
     def _request(
         self, previous: SummaryRecord | None, groups: list[list[dict[str, Any]]]
