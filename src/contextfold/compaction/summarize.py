@@ -23,6 +23,7 @@ to request until the next pass: provider prefix caches keep hitting.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
@@ -225,11 +226,18 @@ def _never_summarized(history: History, unit: Unit) -> bool:
 
 def summary_message(text: str, history_ids: Iterable[int]) -> dict[str, Any]:
     """The message the view carries in place of the summarized turns."""
+    framed = _FRAME_TAG.sub("&lt;", text)
     return {
         "role": "user",
-        "content": f"{SUMMARY_OPEN.format(ids=id_ranges(history_ids))}\n{text}\n{SUMMARY_CLOSE}",
+        "content": f"{SUMMARY_OPEN.format(ids=id_ranges(history_ids))}\n{framed}\n{SUMMARY_CLOSE}",
         "metadata": {"source": NOTICE_SOURCE, "summary": True},
     }
+
+
+# The "<" of a context-summary tag inside a summary's text, however spelled (case, spaces,
+# a slash): written "&lt;", so text from a tool result, carried into the summary, can never
+# close the frame and speak as the user after it.
+_FRAME_TAG = re.compile(r"<(?=\s*/?\s*context-summary)", re.IGNORECASE)
 
 
 def id_ranges(history_ids: Iterable[int]) -> str:
