@@ -294,3 +294,80 @@ async def test_a_cancelled_request_stays_cancelled_when_the_summarizer_swallows_
     # Nothing was committed: the next request plans from the same state and works.
     summarizer.swallow = False
     await context.get_messages_for_request(token_budget=BUDGET)
+
+
+# -- 20: a summarizer may read the context it summarizes ---------------------------------------
+
+
+class ReadsTheContext:
+    """Reads the whole history (and one message by id) before summarizing."""
+
+    def __init__(self) -> None:
+        self.context: ContextFold | None = None
+        self.seen: list[int] = []
+        self.inner = scripted_summarizer()
+
+    async def __call__(self, messages: list[dict[str, Any]], max_tokens: int) -> str:
+        assert self.context is not None
+        history = await self.context.get_messages()
+        recalled = await self.context.recall("r1")
+        self.seen.append(len(history))
+        assert recalled == history[1]["content"]
+        return await self.inner(messages, max_tokens)
+
+
+@pytest.mark.parametrize("durable", [False, True])
+async def test_a_summarizer_reading_the_context_during_the_pass_does_not_wait_for_itself(
+    durable: bool, tmp_path: Path
+) -> None:
+    summarizer = ReadsTheContext()
+    stored: dict[str, Any] = (
+        {"store": f"sqlite:///{tmp_path / 'agent.db'}", "session_id": "s1"} if durable else {}
+    )
+    # Timeout 2 s: a summarizer that waits for the request's own lock fails with "timeout".
+    context, events = make(
+        summarizer,
+        strategies=["truncate_tool_results", {**SUMMARIZE, "timeout": 2}, "drop_oldest"],
+        **stored,
+    )
+    summarizer.context = context
+    messages = transcript(40)
+    await context.set_messages(messages)
+    view = await context.get_messages_for_request(token_budget=BUDGET)
+    assert [d.get("failure") for d in summaries(events)] == [None]
+    assert summarizer.seen == [len(messages)] and summary_in(view) is not None
+
+
+class WritesDuringThePass:
+    """Tries to add a message, then to get a view, from inside the pass."""
+
+    def __init__(self, action: str) -> None:
+        self.action = action
+        self.context: ContextFold | None = None
+
+    async def __call__(self, messages: list[dict[str, Any]], max_tokens: int) -> str:
+        assert self.context is not None
+        if self.action == "add":
+            await self.context.add_message(human("from inside the pass"))
+        else:
+            await self.context.get_messages_for_request(token_budget=BUDGET)
+        return "- user: unreachable"
+
+
+@pytest.mark.parametrize("action", ["add", "request"])
+async def test_a_summarizer_writing_during_the_pass_gets_a_clear_error(action: str) -> None:
+    summarizer = WritesDuringThePass(action)
+    context, events = make(
+        summarizer,
+        strategies=["truncate_tool_results", {**SUMMARIZE, "timeout": 2}, "drop_oldest"],
+    )
+    summarizer.context = context
+    messages = transcript(40)
+    await context.set_messages(messages)
+    view = await context.get_messages_for_request(token_budget=BUDGET)
+    [failure] = [d["failure"] for d in summaries(events)]
+    assert failure["reason"] == "error" and "would wait for itself" in failure["detail"]
+    assert summary_in(view) is None and len(await context.get_messages()) == len(messages)
+    # The context is not left locked: the next request and admission work.
+    await context.add_message(human("next"))
+    await context.get_messages_for_request(token_budget=BUDGET)
