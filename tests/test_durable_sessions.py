@@ -397,16 +397,16 @@ def test_a_classification_round_trips_through_its_stored_form() -> None:
         info_to_json,
     )
 
-    flags = [False] * 5
+    flags = [False] * 6
     for kind in Kind:
-        for bit in range(6):
-            values = [i == bit for i in range(5)] if bit < 5 else [True] * 5
+        for bit in range(7):
+            values = [i == bit for i in range(6)] if bit < 6 else [True] * 6
             info = MessageInfo(kind, ("a", 'b\u00e9"{'), ("", "c"), *values)
             assert info_from_json(info_to_json(info)) == info
     info = MessageInfo(Kind.USER, (), (), *flags)
     assert info_to_json(info) == f'[{INFO_FORM_VERSION},"user",[],[],0]'
     assert info_from_json(f"[{INFO_FORM_VERSION + 1},{{}}]") is None  # a later form: inspect
-    for bad in ("", "{}", "[1]", '[1,"user",[1],[],0]', '[1,"user",[],[],32]', "[true]"):
+    for bad in ("", "{}", "[1]", '[1,"user",[1],[],0]', '[1,"user",[],[],64]', "[true]"):
         with pytest.raises(ValueError):
             info_from_json(bad)
 

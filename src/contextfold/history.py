@@ -16,13 +16,22 @@ call it left unanswered gets a synthetic error result in the view.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .common_shapes import admit_common_shape
 from .conventions import replaced_by_system_prompt, request_form
 from .ingress import IngressClip, cap_tool_result
-from .messages import Kind, MessageInfo, inspect_message, private_copy, text_length, to_plain
+from .messages import (
+    Kind,
+    MessageInfo,
+    admitted_copy,
+    holds_lone_surrogate,
+    inspect_message,
+    text_length,
+    to_plain,
+    well_formed,
+)
 from .repair import (
     EMPTY_MESSAGE,
     INSIDE_CALL_GROUP,
@@ -174,14 +183,19 @@ class History:
             info = inspect_message(message, index=position)
             # A private deep copy made of plain JSON types: later edits to the caller's dict
             # cannot reach history, and everything stored is known to serialise.
-            stored = private_copy(message, index=position)
+            stored, ill_formed = admitted_copy(message, index=position)
             capped, clips = cap_tool_result(stored, self.max_tool_result_bytes)
             # What is stored is the capped message: its classification is the one to keep
             # (a clip only shortens result text, but the record must describe the record).
             inspected = inspect_message(capped, index=position) if clips else info
+            if ill_formed and holds_lone_surrogate(capped):  # rare: a second look is cheap
+                info = replace(info, ill_formed=True)
+                inspected = replace(inspected, ill_formed=True)
         else:
             if info is None:
                 info = inspect_message(message, index=position)
+                if holds_lone_surrogate(message):  # only rows without a classification
+                    info = replace(info, ill_formed=True)
             capped, inspected = message, info
 
         pending = self.units[self.open_unit].pending if self.open_unit is not None else []
@@ -225,6 +239,10 @@ class History:
                 repairs.append(Repair(EMPTY_MESSAGE, position))
         if view is not None:
             view = request_form(view)  # history-only metadata stays out of the view
+            if inspected.ill_formed:
+                # Lone surrogates stay in history (the record) but a provider's JSON cannot
+                # carry them: the view sends U+FFFD in their place, and is counted so.
+                view = well_formed(view)
         if pending and not matched and info.kind is not Kind.ASSISTANT and view is not None:
             repairs.append(Repair(INSIDE_CALL_GROUP, position, tuple(pending)))
         if cost is None:
@@ -302,7 +320,12 @@ class History:
         Anything else (a fault inside a group, a reused id, history-only rows) takes the
         general path.
         """
-        if info is None or info.reference_only or (info.call_ids and info.result_ids):
+        if (
+            info is None
+            or info.reference_only
+            or info.ill_formed  # its view is not the message itself
+            or (info.call_ids and info.result_ids)
+        ):
             self.append(self.prepare(message, cost=cost, info=info))
             return
         index = len(self.entries)
@@ -404,7 +427,7 @@ class History:
             return 0
         before = group.synthetic_cost
         assistant = self.entries[group.start].message
-        group.synthetic = synthetic_results(assistant, wanted) if wanted else []
+        group.synthetic = [well_formed(m) for m in synthetic_results(assistant, wanted)]
         group.synthetic_ids = wanted
         group.synthetic_cost = sum(self.counter.count_message(m) for m in group.synthetic)
         return group.synthetic_cost - before
@@ -457,7 +480,7 @@ def _answering(
     """
     if not result_ids and not info.call_ids:
         flags = (info.signed_thinking, info.thinking, info.loaded_tool_state, info.reminder)
-        key = (kind or info.kind, *flags, info.reference_only)
+        key = (kind or info.kind, *flags, info.reference_only, info.ill_formed)
         shared = _ANSWERING_NOTHING.get(key)
         if shared is None:
             shared = _ANSWERING_NOTHING[key] = MessageInfo(key[0], (), (), *key[1:])
@@ -471,10 +494,11 @@ def _answering(
         info.loaded_tool_state,
         info.reminder,
         info.reference_only,
+        info.ill_formed,
     )
 
 
-_ANSWERING_NOTHING: dict[tuple[Any, ...], MessageInfo] = {}  # at most 5 kinds x 32 flag sets
+_ANSWERING_NOTHING: dict[tuple[Any, ...], MessageInfo] = {}  # at most 5 kinds x 64 flag sets
 
 
 def _result_block_positions(message: Mapping[str, Any], result_positions: list[int]) -> list[int]:

@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 from .budget import BudgetDecision, derive_budget
 from .compaction import snapshot as fold_snapshot
@@ -418,18 +418,26 @@ class ContextFold:
             self._system_prompt_factory = factory
 
     async def get_messages(self) -> list[dict[str, Any]]:
-        """The whole history exactly as admitted (copies: editing them changes nothing)."""
-        async with self._lock:
-            await self._loaded()
-            return [detached(e.message) for e in self._history.entries]
+        """The whole history exactly as admitted (copies: editing them changes nothing).
+        Safe during a request's compaction pass (a summarizer may read the context)."""
+        await self._readable()
+        return [detached(e.message) for e in self._history.entries]
+
+    async def _readable(self) -> None:
+        """Load a durable session on first use. History changes only in synchronous steps
+        (never across an await), so a read that needs no loading takes no lock: it sees
+        the history between two writes, and a summarizer reading the context while the
+        request that called it holds the lock does not wait for itself."""
+        if self._link is not None and not self._link_loaded:
+            async with self._lock:
+                await self._loaded()
 
     async def _history_shared(self) -> list[dict[str, Any]]:
         """Internal (``contextfold replay``): `get_messages` without the copies. The messages
         are history's own: the caller must only read them (a million-message replay would
         otherwise copy its whole history once more to check it)."""
-        async with self._lock:
-            await self._loaded()
-            return [e.message for e in self._history.entries]
+        await self._readable()
+        return [e.message for e in self._history.entries]
 
     async def set_messages(self, messages: list[dict[str, Any]]) -> None:
         """Replace the history (session resume). All-or-nothing: on a bad message the
@@ -454,10 +462,10 @@ class ContextFold:
         """The original content of a message compaction shortened, cleared or removed, by
         the id its marker or the notice names (``"r41"``), exactly as admitted, from
         ``offset`` on and capped at ``max_tokens`` (a longer text ends with a marker giving
-        the offset to continue from). Raises `RecallError` (a ValueError) for an unknown id."""
-        async with self._lock:
-            await self._loaded()
-            return recall_message(self._history, recall_id, max_tokens, self.counter, offset=offset)
+        the offset to continue from). Raises `RecallError` (a ValueError) for an unknown id.
+        Safe during a compaction pass, as `get_messages`."""
+        await self._readable()
+        return recall_message(self._history, recall_id, max_tokens, self.counter, offset=offset)
 
     async def clear(self) -> None:
         """Forget every message (calibration and configuration stay)."""
@@ -626,16 +634,16 @@ class ContextFold:
             base, adopted = self._state, False
             blocks: list[tuple[int, ...]] = []
             free = 0
-            if self._folder is not None:
-                if base.summary_record is None and not self._summaries_adopted:
-                    found = await self._adopted_summaries(base, self._folder.store)
-                    base, adopted = (found, True) if found is not None else (base, False)
-                blocks, free = await self._summary_blocks(base)
-            # The summarize rung's default summary size follows the budget.
+            # The summarize rung's default summary size follows the budget (and decides
+            # which stored records fit: sized before any is taken up).
             ladder = sized_ladder(self._ladder, budget)
             if self._folder is not None:
                 sized = next(r for r in ladder if isinstance(r, Summarize))
                 self._folder.max_output_tokens = sized.max_output_tokens
+                if base.summary_record is None and not self._summaries_adopted:
+                    found = await self._adopted_summaries(base, self._folder.store)
+                    base, adopted = (found, True) if found is not None else (base, False)
+                blocks, free = await self._summary_blocks(base)
             compact = partial(
                 run_pass,
                 history,
@@ -798,7 +806,7 @@ class ContextFold:
                 continue
             messages = [history.entries[i].message for u in left for i in history.units[u].entries]
             found = await folder.store.get(covered_hash(messages, previous=previous))
-            if found is None:
+            if found is None or not folder.fits(found):
                 return blocks, position
             previous = found
         return blocks, len(blocks)
@@ -897,6 +905,8 @@ class ContextFold:
             if follow is None:
                 break
             chain, links = follow, links + 1
+        if chain is not None and self._folder is not None and not self._folder.fits(chain):
+            chain = None  # made for a larger summary size: it would crowd out the turns
         units = {history.entries[i].unit for i in chain.history_ids} if chain else set()
         covered = set(chain.history_ids) if chain else set()
         if chain is None or any(i not in covered for u in units for i in history.units[u].entries):
@@ -1123,7 +1133,28 @@ def _shared(message: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Lock(asyncio.Lock):
-    """The context's lock, which can tell that no one holds it or waits for it."""
+    """The context's lock, which can tell that no one holds it or waits for it, and refuses
+    the task holding it (a summarizer or handler awaited inside a request) instead of
+    letting it wait for itself."""
+
+    _holder: asyncio.Task[Any] | None = None
+
+    async def acquire(self) -> Literal[True]:
+        task = asyncio.current_task()
+        if task is not None and self._holder is task:
+            raise RuntimeError(
+                "context-fold: this call came from inside a request the same context is "
+                "still serving (a summarizer, hook or event handler awaited during it) and "
+                "would wait for itself. Reading is safe there (get_messages, recall); add "
+                "messages or ask for another view after the request returns."
+            )
+        await super().acquire()
+        self._holder = task
+        return True
+
+    def release(self) -> None:
+        self._holder = None
+        super().release()
 
     def idle(self) -> bool:
         # asyncio.Lock's own state (CPython 3.11-3.13); if a later version names it

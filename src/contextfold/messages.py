@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import json.scanner
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from enum import StrEnum
@@ -55,6 +56,8 @@ class MessageInfo:
     loaded_tool_state: bool  # metadata records loaded-tool state: never compacted
     reminder: bool  # an ephemeral+persisted user-role reminder envelope
     reference_only: bool = False  # metadata.amplifier_public_reference_only: history only
+    # Holds a lone surrogate (kept as admitted): its view carries U+FFFD in its place.
+    ill_formed: bool = False
 
 
 # The stored form of a MessageInfo (kept beside a message's cost in a durable session, so a
@@ -62,7 +65,14 @@ class MessageInfo:
 # whenever what `inspect_message` concludes could change for a message already stored: a
 # stored form of another version is ignored and the message inspected again.
 INFO_FORM_VERSION = 1
-_INFO_FLAGS = ("signed_thinking", "thinking", "loaded_tool_state", "reminder", "reference_only")
+_INFO_FLAGS = (
+    "signed_thinking",
+    "thinking",
+    "loaded_tool_state",
+    "reminder",
+    "reference_only",
+    "ill_formed",
+)
 _KINDS = {kind.value: kind for kind in Kind}
 # The flags follow call_ids and result_ids in MessageInfo's field order (positional below).
 assert tuple(f.name for f in fields(MessageInfo))[3:] == _INFO_FLAGS
@@ -112,7 +122,9 @@ def info_from_json(text: str) -> MessageInfo | None:
     raise ValueError(f"a stored classification has an unknown shape: {text!r:.80}")
 
 
-# The five flags' values for each bit pattern, indexed by the stored integer.
+# The flags' values for each bit pattern, indexed by the stored integer. (A form with the
+# ill_formed bit, added later, is refused by an older reader, which then inspects the message
+# again; a form without it was written when lone surrogates were refused.)
 _FLAG_VALUES = tuple(
     tuple(bool(bits & (1 << bit)) for bit in range(len(_INFO_FLAGS)))
     for bits in range(1 << len(_INFO_FLAGS))
@@ -147,14 +159,58 @@ def canonical_json(message: Mapping[str, Any], *, index: int | None = None) -> s
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        # Lone surrogates (from a bad decode) serialise but no provider can receive them.
-        raise _fail(
-            "contains a lone surrogate that is not valid Unicode text",
-            _find_surrogate(message) or "content",
-            "Decode the source bytes with errors='replace' (or fix the decoder) before adding it",
-            index,
-        ) from None
+        # Lone surrogates (a tool that decoded bytes with surrogateescape): admitted as they
+        # are, and written as JSON escapes, so the text is UTF-8 and reads back the same.
+        return escape_surrogates(text)
     return text
+
+
+# Code points U+D800-U+DFFF: in a Python str, a surrogate alone (UTF-8 cannot encode it).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def escape_surrogates(json_text: str) -> str:
+    """JSON text (``json.dumps(..., ensure_ascii=False)``) with every lone surrogate written
+    as its ``\\uXXXX`` escape: valid UTF-8 that ``json.loads`` reads back to the same
+    string. A surrogate can only sit inside a JSON string, where the escape means it."""
+    return _SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", json_text)
+
+
+def well_formed_text(text: str) -> str:
+    """``text`` as a provider's request can carry it: each lone surrogate replaced by U+FFFD
+    (a high surrogate followed by a low one joined into the character they encode), which
+    is also how tiktoken counts it; ``text`` itself when it has none (nearly always)."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+def well_formed(value: Any) -> Any:
+    """``value`` (a message, or any JSON value) with `well_formed_text` applied to every
+    string, keys included: a new container where something changed, else ``value`` itself."""
+    kind = type(value)
+    if kind is str:
+        return well_formed_text(value)
+    if kind is dict:
+        changed = None
+        for key, item in value.items():
+            new_key, new_item = well_formed(key), well_formed(item)
+            if new_key is not key or new_item is not item:
+                changed = changed if changed is not None else {}
+                changed[key] = (new_key, new_item)
+        if changed is None:
+            return value
+        return dict(changed.get(k, (k, v)) for k, v in value.items())
+    if kind is list:
+        items = [well_formed(item) for item in value]
+        if all(new is old for new, old in zip(items, value, strict=True)):
+            return value
+        return items
+    return value
 
 
 def private_copy(message: Mapping[str, Any], *, index: int | None = None) -> dict[str, Any]:
@@ -167,13 +223,22 @@ def private_copy(message: Mapping[str, Any], *, index: int | None = None) -> dic
     non-string key, NaN, a lone surrogate, a cycle, deep nesting) takes the round trip,
     which converts it or raises the usual error.
     """
+    return admitted_copy(message, index=index)[0]
+
+
+def admitted_copy(
+    message: Mapping[str, Any], *, index: int | None = None
+) -> tuple[dict[str, Any], bool]:
+    """`private_copy`, and whether the copy holds a lone surrogate: only a copy that took
+    the round trip can (the direct copy leaves every such string to it), so the common
+    case costs no extra look."""
     if type(message) is dict:
         try:
-            return _plain_copy(message, 0)
+            return _plain_copy(message, 0), False
         except _NotPlain:
             pass
     copied: dict[str, Any] = json.loads(canonical_json(message, index=index))
-    return copied
+    return copied, holds_lone_surrogate(copied)
 
 
 class _NotPlain(Exception):
@@ -251,29 +316,6 @@ def _plain_scalar(kind: type, item: Any) -> bool:
 # what is nested too deeply (it refuses from a few hundred levels, by the stack it has left).
 _MAX_PLAIN_DEPTH = 64
 _INT_LIMIT = 2**63  # beyond it, leave the int to the round trip (and its digit limit)
-
-
-def _find_surrogate(value: Any, path: str = "") -> str | None:
-    """Dotted path of the first string holding a lone surrogate."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return path or "value"
-        return None
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            found = _find_surrogate(key, path) or _find_surrogate(
-                item, f"{path}.{key}" if path else str(key)
-            )
-            if found:
-                return found
-    elif isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            found = _find_surrogate(item, f"{path}[{i}]")
-            if found:
-                return found
-    return None
 
 
 def _find_bad_field(value: Any, path: str = "") -> str | None:
@@ -429,16 +471,49 @@ def info_without_ids(
     loaded_tool_state: bool = False,
     reminder: bool = False,
     reference_only: bool = False,
+    ill_formed: bool = False,
 ) -> MessageInfo:
     """The shared classification of a message that makes and answers no calls."""
-    key = (kind, signed_thinking, thinking, loaded_tool_state, reminder, reference_only)
+    key = (kind, signed_thinking, thinking, loaded_tool_state, reminder, reference_only, ill_formed)
     info = _WITHOUT_IDS.get(key)
     if info is None:
         info = _WITHOUT_IDS[key] = MessageInfo(kind, (), (), *key[1:])
     return info
 
 
-# The shared infos of messages that make and answer no calls: at most 5 kinds x 32 flag sets.
+def holds_lone_surrogate(value: Any) -> bool:
+    """Whether any string in ``value`` (keys included) holds a lone surrogate. Plain loops
+    and exact type tests: it runs on every message inspected, and most strings are ASCII
+    (one C call each)."""
+    kind = type(value)
+    if kind is str:
+        return not value.isascii() and _ill_formed(value)
+    if kind is dict or (kind not in _SCALARS and isinstance(value, Mapping)):
+        for key, item in value.items():
+            if type(key) is str and not key.isascii() and _ill_formed(key):
+                return True
+            if type(item) not in _SCALARS and holds_lone_surrogate(item):
+                return True
+        return False
+    if kind is list or kind is tuple:
+        for item in value:
+            if type(item) not in _SCALARS and holds_lone_surrogate(item):
+                return True
+    return False
+
+
+_SCALARS = frozenset({int, float, bool, type(None)})
+
+
+def _ill_formed(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+# The shared infos of messages that make and answer no calls: at most 5 kinds x 64 flag sets.
 _WITHOUT_IDS: dict[tuple[Any, ...], MessageInfo] = {}
 
 

@@ -3,7 +3,8 @@
 Every message keeps a stable id, ``r`` + its history index (``r41``). A rung that shortens,
 clears or removes a message names that id in its marker, placeholder or notice line, and
 ``recall_message`` returns the original content from history, as admitted: the text of the
-message, or for a tool result the text of its content, byte for byte.
+message, or for a tool result the text of its content, byte for byte; a turn that called
+tools, as the JSON of its content and calls.
 
 A recall is itself sent to the model, so it is capped (``max_tokens``): a longer text is cut
 at a character offset with a marker saying how to ask for the rest (``offset``), and a recall
@@ -85,18 +86,29 @@ def message_text(message: Mapping[str, Any]) -> str:
     """What a recall returns for a message: its text, or a tool result's content text.
 
     A string content is returned exactly. Blocks give their text joined by newlines (a
-    tool_result block its own content's text); a message with no text at all (an assistant
-    turn that only calls tools, an image) gives the JSON of its content and calls, so the
-    model still sees what it was.
+    tool_result block its own content's text). A turn that calls tools (whether or not it
+    also has text), or a message with no text at all (an image), gives the JSON of its
+    content and calls as admitted, so the model gets back everything it was: the calls'
+    names, ids and arguments as well as its words.
     """
     content = message.get("content")
-    if isinstance(content, str) and (content or not message.get("tool_calls")):
-        return content
-    parts = _block_texts(content) if isinstance(content, list) else []
-    if parts:
-        return "\n".join(parts)
+    if not message.get("tool_calls") and not _has_call_blocks(content):
+        if isinstance(content, str):
+            return content
+        parts = _block_texts(content) if isinstance(content, list) else []
+        if parts:
+            return "\n".join(parts)
     rest = {k: message[k] for k in ("content", "tool_calls") if message.get(k) not in (None, "")}
     return json.dumps(rest, ensure_ascii=False, default=str) if rest else ""
+
+
+def _has_call_blocks(content: Any) -> bool:
+    """Whether content blocks hold a tool call (Anthropic ``tool_use``, Amplifier
+    ``tool_call``)."""
+    return isinstance(content, list) and any(
+        isinstance(block, Mapping) and block.get("type") in ("tool_use", "tool_call")
+        for block in content
+    )
 
 
 def recall_message(

@@ -18,6 +18,7 @@ from typing import Any
 
 from amplifier_core.models import ToolResult
 
+from contextfold.messages import well_formed_text
 from contextfold.recall import (
     DEFAULT_MAX_TOKENS,
     MIN_MAX_TOKENS,
@@ -35,7 +36,8 @@ CONFIG_KEYS = ("max_tokens",)
 _DESCRIPTION = (
     "Get back a message that context compaction shortened, cleared or removed from your view. "
     'Markers and the compaction notice name each message by an id such as "r41"; pass it as '
-    "'id'. Returns the original content (a tool result's output, or a message's text). A long "
+    "'id'. Returns the original content (a tool result's output, a message's text, or a turn "
+    "that called tools as JSON of its text and calls). A long "
     "text comes back in parts: the cut says which 'offset' to pass for the rest."
 )
 
@@ -104,7 +106,15 @@ class ContextRecallTool:
         get_messages = getattr(context, "get_messages", None)
         if not callable(get_messages):
             return _error("no context is mounted that keeps the history", "no_context")
-        messages = await get_messages()
+        try:
+            messages = await get_messages()
+        except Exception as error:  # a store that cannot be read: a result, never a raise
+            logger.warning("context_recall: the history could not be read", exc_info=True)
+            return _error(
+                f"the conversation history cannot be read right now ({type(error).__name__}: "
+                f"{error}); go on without this recall, or try again later",
+                "history_unavailable",
+            )
         try:
             text = recall_from_messages(
                 messages,
@@ -115,7 +125,10 @@ class ContextRecallTool:
             )
         except RecallError as error:
             return _error(str(error), error.kind)
-        return ToolResult(success=True, output=text)
+        # The text as admitted, except that a lone surrogate (a tool's undecodable bytes)
+        # goes to the model as U+FFFD, as in every view: amplifier-core refuses it in a
+        # tool result, and no provider's JSON can carry it.
+        return ToolResult(success=True, output=well_formed_text(text))
 
     def _counter(self, context: Any) -> TokenCounter:
         counter = getattr(context, "counter", None)

@@ -15,6 +15,7 @@ from typing import Any
 
 from contextfold.cli.errors import InputError
 from contextfold.cli.files import display_path, write_output_file
+from contextfold.messages import escape_surrogates
 from contextfold.store.base import SessionStore, StoreError
 from contextfold.store.urls import store_from_url
 
@@ -58,7 +59,12 @@ async def _run(store: SessionStore, args: argparse.Namespace) -> tuple[int, str]
             raise InputError("SESSION_ID", f"no session {args.session!r} in {args.store}")
         if args.action == "show":
             return 0, await _show(store, session)
-        text = "".join(json.dumps(m.message, ensure_ascii=False) + "\n" for m in session.messages)
+        # A lone surrogate (admitted as it was) is written as its JSON escape: UTF-8 text
+        # that replay reads back to the same message.
+        text = "".join(
+            escape_surrogates(json.dumps(m.message, ensure_ascii=False)) + "\n"
+            for m in session.messages
+        )
         if args.out:
             path = write_output_file(Path(args.out), text.encode("utf-8"))
             return 0, f"{len(session.messages)} messages written to {display_path(path)}"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..history import History
-from ..messages import NOTICE_SOURCE, Kind
+from ..messages import NOTICE_SOURCE, Kind, well_formed_text
 from ..recall import recall_id
 from .working import FoldState
 
@@ -72,7 +72,8 @@ def build_notice(
         head.extend(_fitted_digest(history, state, budget_chars))
     return {
         "role": role,
-        "content": "\n".join(head + tail),
+        # The digest quotes history, which may hold lone surrogates: the view cannot.
+        "content": well_formed_text("\n".join(head + tail)),
         "metadata": metadata,
     }
 

@@ -23,6 +23,7 @@ to request until the next pass: provider prefix caches keep hitting.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
@@ -135,16 +136,32 @@ class Summarize:
         # resumed run had dropped, not summarized) are for the other rungs.
         record = state.summary_record
         covered_to = record.history_ids[-1] if record is not None and record.history_ids else -1
-        for position, block in enumerate(work.summary_blocks[:-1]):  # a last block still grows
+        blocks = work.summary_blocks[:-1]  # a last block still grows
+        free = work.summary_free_blocks
+        # One summarizer call per pass, also when the ladder comes round again in the same
+        # pass: the first block needing a call is the only one, and once it is taken the
+        # summary grows no further.
+        if free < len(blocks) and any(u in state.pending_summary for u in blocks[free]):
+            return
+        removed, summarized = state.removed_units, state.summarized_units
+        end = next(reversed(summarized), None)  # the last turn the summary stands for
+        for position, block in enumerate(blocks):
             # What of the block is still in the view (drop_oldest may have taken some).
-            left = tuple(u for u in block if u not in state.removed_units)
+            left = tuple(u for u in block if u not in removed)
             if not left or min(history.units[left[0]].entries) <= covered_to:
                 continue
+            # The summary stands for one unbroken run of turns: it never grows past a turn
+            # another rung dropped (it would claim a stretch with a hole nobody is told of),
+            # and a first summary never spans one.
+            low = left[0] if end is None else end + 1
+            if removed.count_in(low, left[-1] + 1) != summarized.count_in(low, left[-1] + 1):
+                break
             if any(work.protection.unit_reason(u) for u in left):
                 break  # blocks are summarized in order
             chosen.append(left)
+            end = left[-1]
             span_raw += sum(history.unit_cost(history.units[u], state.truncated) for u in left)
-            if position >= work.summary_free_blocks:
+            if position >= free:
                 break  # this block needs a call: one per pass
         messages = sum(len(history.units[u].entries) for block in chosen for u in block)
         if not chosen or messages < self.min_messages:
@@ -209,11 +226,18 @@ def _never_summarized(history: History, unit: Unit) -> bool:
 
 def summary_message(text: str, history_ids: Iterable[int]) -> dict[str, Any]:
     """The message the view carries in place of the summarized turns."""
+    framed = _FRAME_TAG.sub("&lt;", text)
     return {
         "role": "user",
-        "content": f"{SUMMARY_OPEN.format(ids=id_ranges(history_ids))}\n{text}\n{SUMMARY_CLOSE}",
+        "content": f"{SUMMARY_OPEN.format(ids=id_ranges(history_ids))}\n{framed}\n{SUMMARY_CLOSE}",
         "metadata": {"source": NOTICE_SOURCE, "summary": True},
     }
+
+
+# The "<" of a context-summary tag inside a summary's text, however spelled (case, spaces,
+# a slash): written "&lt;", so text from a tool result, carried into the summary, can never
+# close the frame and speak as the user after it.
+_FRAME_TAG = re.compile(r"<(?=\s*/?\s*context-summary)", re.IGNORECASE)
 
 
 def id_ranges(history_ids: Iterable[int]) -> str:

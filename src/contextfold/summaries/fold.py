@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from contextfold.messages import Kind, inspect_message
+from contextfold.messages import Kind, inspect_message, well_formed
 from contextfold.summaries.records import SummaryRecord, covered_hash
 from contextfold.summaries.store import InMemorySummaryStore, SummaryStore
 from contextfold.summaries.summarizer import (
@@ -147,7 +147,7 @@ class SummaryFolder:
             chunk_ids = tuple(ids[i] for group in chunk for i in group)
             key = covered_hash(chunk_messages, previous=current)
             found = await self.store.get(key)
-            if found is not None:
+            if found is not None and self.fits(found):
                 expected = (current.history_ids if current else ()) + chunk_ids
                 if found.history_ids != expected:
                     # The same messages at other history indexes (a transcript resumed
@@ -179,9 +179,17 @@ class SummaryFolder:
             winner = await self.store.put_if_absent(record)
             if winner is record:
                 written.append(record)
-            current = winner
+            # The record already stored under this key (another writer's, or one too large
+            # for this summary size, kept for whoever wrote it) is used only if it fits.
+            current = winner if self.fits(winner) else record
         assert current is not None  # messages is not empty, so at least one chunk ran
         return FoldResult(current, len(chunks), calls, reused, tuple(written))
+
+    def fits(self, record: SummaryRecord) -> bool:
+        """Whether a stored record may stand in this folder's summaries: its text is within
+        ``max_output_tokens`` by this folder's counter, as an answer must be. A record written
+        for a larger window (another worker's, an earlier run's) is summarized again."""
+        return self.counter.count_text(record.text) <= self.max_output_tokens
 
     def _request(
         self, previous: SummaryRecord | None, groups: list[list[dict[str, Any]]]
@@ -195,8 +203,10 @@ class SummaryFolder:
     def _fitted(
         self, messages: Sequence[Mapping[str, Any]], group: Sequence[int]
     ) -> list[dict[str, Any]]:
-        """The group as the summarizer reads it: shortened only if it alone is over budget."""
-        members = [dict(messages[i]) for i in group]
+        """The group as the summarizer reads it: shortened only if it alone is over budget,
+        lone surrogates as U+FFFD (as the view sends them: a provider's JSON cannot carry
+        them)."""
+        members = [well_formed(dict(messages[i])) for i in group]
         if self._group_cost(members) <= self.chunk_budget:
             return members
         return shorten_group(members, self.chunk_budget, self.counter)

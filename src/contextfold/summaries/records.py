@@ -22,6 +22,7 @@ __all__ = [
     "SummaryRecordError",
     "canonical_message_json",
     "covered_hash",
+    "ill_formed_at",
 ]
 
 # Version of the record's JSON form. Bump it when a field changes meaning or is added
@@ -73,9 +74,20 @@ def covered_hash(
         digest.update(hashlib.sha256(previous.text.encode("utf-8")).hexdigest().encode("ascii"))
     digest.update(_SEPARATOR)
     for message in messages:
-        digest.update(canonical_message_json(message).encode("utf-8"))
+        # surrogatepass: a lone surrogate admitted as it was hashes as itself (UTF-8 alone
+        # cannot encode it); well-formed text encodes as plain UTF-8, as before.
+        digest.update(canonical_message_json(message).encode("utf-8", "surrogatepass"))
         digest.update(_SEPARATOR)
     return digest.hexdigest()
+
+
+def ill_formed_at(text: str) -> str | None:
+    """Why ``text`` is not valid Unicode (where its first lone surrogate is), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return f"a lone surrogate U+{ord(text[error.start]):04X} at character {error.start}"
+    return None
 
 
 def _now() -> str:
@@ -105,6 +117,9 @@ class SummaryRecord:
     def __post_init__(self) -> None:
         if not isinstance(self.text, str) or not self.text.strip():
             raise SummaryRecordError("a summary record needs a non-empty text")
+        problem = ill_formed_at(self.text)
+        if problem is not None:
+            raise SummaryRecordError(f"a summary record's text must be valid Unicode: {problem}")
         ids = self.history_ids
         if not isinstance(ids, tuple) or not all(
             isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids

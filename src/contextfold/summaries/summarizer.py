@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from contextfold.summaries.digest import digest_transcript
+from contextfold.summaries.records import ill_formed_at
 from contextfold.summaries.transcript import render_transcript
 from contextfold.tokens import TokenCounter, build_counter
 
@@ -136,9 +137,10 @@ async def summarize_span(
 ) -> str | SummaryFailure:
     """Call ``summarizer`` once and return its checked answer, or why there is none.
 
-    The answer is stripped of surrounding whitespace and must be a non-empty string of at
-    most ``max_tokens`` by ``counter``. Cancellation of the caller is not a failure: it
-    propagates.
+    The answer is stripped of surrounding whitespace and must be a non-empty string of valid
+    Unicode text (no lone surrogate), of at most ``max_tokens`` by ``counter``, given before
+    the deadline: one given after it (the summarizer swallowed the cancellation) is a
+    timeout. Cancellation of the caller is not a failure: it propagates.
     """
     name, _ = summarizer_identity(summarizer)
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
@@ -157,11 +159,24 @@ async def summarize_span(
         return _failed("cut_off", str(exc) or "the answer stopped at the token limit", name)
     except Exception as exc:  # any failure of the summarizer is reported, never raised
         return _failed("error", f"{type(exc).__name__}: {exc}", name)
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        # It swallowed the caller's own cancellation: the cancellation still propagates.
+        raise asyncio.CancelledError
+    if deadline.expired():
+        # It swallowed the cancellation at the deadline and answered anyway: a late answer
+        # is never used (the pass it was for has already waited its whole timeout).
+        return _failed("timeout", f"no answer within {timeout} s (a late one is not used)", name)
     if not isinstance(answer, str):
         return _failed("not_text", f"the answer is a {type(answer).__name__}, not text", name)
     text = answer.strip()
     if not text:
         return _failed("empty", "the answer is empty", name)
+    problem = ill_formed_at(text)
+    if problem is not None:
+        # A record is stored and hashed as UTF-8, and the view is sent as JSON: text that
+        # cannot be encoded would fail every later request, so it is no summary.
+        return _failed("not_text", f"the answer is not valid Unicode text: {problem}", name)
     tokens = counter.count_text(text)
     if tokens > max_tokens:
         return _failed(
