@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from contextfold import ContextFold
 from contextfold.cli import main
@@ -366,3 +368,16 @@ def test_a_closed_pipe_on_stdout_is_one_line_and_a_failure(tmp_path: Path) -> No
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert "cannot write to standard output (Broken pipe)" in lines[0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(), st.text())
+def test_an_escaped_id_is_one_printable_line_and_names_one_id(first: str, second: str) -> None:
+    from contextfold.cli.sessions import shown
+
+    for text in (first, second):
+        escaped = shown(text)
+        assert escaped.isprintable() and "\n" not in escaped
+        escaped.encode("utf-8")  # always writable
+    if first != second:
+        assert shown(first) != shown(second)

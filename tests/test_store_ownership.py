@@ -9,11 +9,14 @@ that mark is still only in its write-ahead log.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from contextfold import ContextFold
 from contextfold.store import SCHEMA_VERSION, SqliteStore, StoreSchemaError, open_store
@@ -131,3 +134,53 @@ async def test_a_new_store_is_marked_before_it_has_any_table(tmp_path: Path) -> 
     with sqlite3.connect(path) as raw:
         tables = {row[0] for row in raw.execute("SELECT name FROM sqlite_master")}
     assert "contextfold_meta" in tables and "schema_version" not in tables
+
+
+# -- the invariant over many databases --------------------------------------------------------
+
+TABLE_NAMES = st.sampled_from(
+    ["schema_version", "cf_sessions", "cf_messages", "contextfold_meta", "users", "orders"]
+)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    tables=st.lists(TABLE_NAMES, min_size=0, max_size=4, unique=True),
+    application_id=st.one_of(st.just(0), st.integers(min_value=-(2**31), max_value=2**31 - 1)),
+    wal=st.booleans(),
+    rows=st.integers(min_value=0, max_value=3),
+)
+def test_no_database_of_another_application_is_ever_written(
+    tmp_path_factory: pytest.TempPathFactory,
+    tables: list[str],
+    application_id: int,
+    wal: bool,
+    rows: int,
+) -> None:
+    """Whatever its tables (contextfold's own names included), its application id (other
+    than contextfold's) and its journal mode: refused, and byte for byte as it was."""
+    assume(application_id != APPLICATION_ID)
+    folder = tmp_path_factory.mktemp("foreign")
+    path = folder / "app.db"
+    raw = sqlite3.connect(path, isolation_level=None)
+    if wal:
+        raw.execute("PRAGMA journal_mode = WAL")
+    raw.execute(f"PRAGMA application_id = {application_id}")
+    for table in tables:
+        raw.execute(f"CREATE TABLE {table} (version INTEGER, note TEXT)")
+        for n in range(rows):
+            raw.execute(f"INSERT INTO {table} VALUES (?, ?)", (n, "x" * n))
+    raw.close()
+    assume(path.stat().st_size > 0)  # an empty file is a new store's place, not a database
+    before = snapshot(folder)
+
+    async def attempt() -> None:
+        store = SqliteStore(path)
+        with pytest.raises(StoreSchemaError, match="did not create"):
+            await store.append("s", 0, '{"a":1}', 1)
+        await store.close()
+
+    asyncio.run(attempt())
+    assert snapshot(folder) == before
