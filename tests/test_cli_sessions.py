@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import sqlite3
 import stat
 import subprocess
@@ -381,3 +382,31 @@ def test_an_escaped_id_is_one_printable_line_and_names_one_id(first: str, second
         escaped.encode("utf-8")  # always writable
     if first != second:
         assert shown(first) != shown(second)
+
+
+def test_inspecting_a_store_a_killed_writer_left_never_checkpoints_its_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The last messages of a writer killed mid-run are only in the write-ahead log: they are
+    read from there, and neither the store file nor its log is rewritten."""
+    live = tmp_path / "live"
+    live.mkdir()
+    make_session(live / "agent.db")
+    holder = sqlite3.connect(live / "agent.db", isolation_level=None)
+    holder.execute("SELECT count(*) FROM cf_messages").fetchone()  # keeps the log alive
+
+    async def one_more() -> None:
+        store = SqliteStore(live / "agent.db")
+        await store.append("agent-1", 42, json.dumps(human("and one more")), 5)
+        await store.close()  # not the last connection: the message stays in the log
+
+    asyncio.run(one_more())
+    left = tmp_path / "left"
+    shutil.copytree(live, left)  # the files as a SIGKILL would leave them
+    holder.close()
+    assert (left / "agent.db-wal").stat().st_size > 0
+    kept = {name: (left / name).read_bytes() for name in ("agent.db", "agent.db-wal")}
+    assert main(["sessions", "export", f"sqlite:///{left / 'agent.db'}", "agent-1"]) == 0
+    exported = capsys.readouterr().out.splitlines()
+    assert len(exported) == 43 and json.loads(exported[-1])["content"] == "and one more"
+    assert {name: (left / name).read_bytes() for name in kept} == kept

@@ -364,12 +364,13 @@ def _open_readable(path: Path, busy_timeout: float, reason: str, explain: Explai
 
 
 def _read_connection(path: Path, busy_timeout: float, reason: str) -> sqlite3.Connection:
-    """A connection that cannot write. Where the folder is writable, an ordinary connection
-    made read-only (its write-ahead log files come and go as usual); elsewhere SQLite's
-    read-only mode, and on a medium where even the log's shared-memory file cannot be made
-    (a WAL store on a read-only mount), the file read as it is, when it has no log beside it.
+    """A connection that cannot write. Where the store could be written but has no log
+    beside it, an ordinary connection made read-only (the log files it makes go with it);
+    elsewhere SQLite's read-only mode, which never checkpoints a log it finds into the file;
+    and on a medium where even the log's shared-memory file cannot be made (a WAL store on a
+    read-only mount), the file read as it is, when it has no log beside it.
     """
-    if reason == READ_ONLY_REQUESTED:
+    if reason == READ_ONLY_REQUESTED and not Path(f"{path}-wal").exists():
         connection = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None)
     else:
         connection = sqlite3.connect(_uri(path), uri=True, timeout=busy_timeout)
