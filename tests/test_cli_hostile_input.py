@@ -314,3 +314,31 @@ def test_an_unwritable_out_is_one_line(tmp_path: Path, conversation: Path, where
     out = where if where.startswith("/") else str(tmp_path / where)
     done = replay(str(conversation), "--out", out, "--no-chart")
     assert_refused(done, "--out")
+
+
+# -- where the printout goes -----------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("quiet", [False, True])
+def test_a_full_disk_on_stdout_is_one_line_and_a_failure(
+    tmp_path: Path, conversation: Path, quiet: bool
+) -> None:
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "contextfold.cli", "replay", str(conversation), "--no-chart",
+             "--out", str(tmp_path / "out"), *(["--quiet"] if quiet else [])],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=TIMEOUT,
+            check=False,
+        )  # fmt: skip
+    assert done.returncode == EXIT_BAD_INPUT
+    lines = done.stderr.strip().splitlines()
+    assert lines == [
+        "contextfold: error: cannot write to standard output (No space left on device)"
+    ]
+    assert (
+        tmp_path / "out" / "replay.json"
+    ).exists()  # the files were written; only the printout failed

@@ -14,6 +14,17 @@ from contextfold.store.sqlite import APPLICATION_ID
 PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000") + b"\x00" * 64
 
 
+def stored_versions(path: Path) -> tuple[list[tuple[str, str]], list[tuple[int]] | None]:
+    """contextfold_meta's rows, and the legacy schema_version table's (None: no such table)."""
+    with sqlite3.connect(path) as raw:
+        meta = raw.execute("SELECT key, value FROM contextfold_meta").fetchall()
+        tables = {row[0] for row in raw.execute("SELECT name FROM sqlite_master")}
+        legacy = None
+        if "schema_version" in tables:
+            legacy = raw.execute("SELECT version FROM schema_version").fetchall()
+    return meta, legacy
+
+
 async def filled_store(path: Path, count: int = 300) -> None:
     store = SqliteStore(path)
     seq = 0
@@ -40,7 +51,8 @@ async def test_wal_and_synchronous_full_are_in_force(tmp_path: Path) -> None:
     await store.close()
     with sqlite3.connect(tmp_path / "s.db") as raw:
         assert raw.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
-        assert raw.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+    # A new store keeps its version in its own table only.
+    assert stored_versions(tmp_path / "s.db") == ([("schema_version", str(SCHEMA_VERSION))], None)
 
 
 async def test_messages_survive_closing_and_reopening(tmp_path: Path) -> None:
@@ -56,7 +68,7 @@ async def test_a_schema_newer_than_the_code_is_refused_clearly(tmp_path: Path) -
     path = tmp_path / "s.db"
     await filled_store(path, count=1)
     with sqlite3.connect(path) as raw:
-        raw.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
+        raw.execute("UPDATE contextfold_meta SET value = ?", (str(SCHEMA_VERSION + 1),))
     store = SqliteStore(path)
     with pytest.raises(StoreSchemaError) as caught:
         await store.open_session("s")
@@ -65,14 +77,17 @@ async def test_a_schema_newer_than_the_code_is_refused_clearly(tmp_path: Path) -
     with pytest.raises(StoreSchemaError):  # refused on every call, not only the first
         await store.append("s", 1, '{"a":2}', 1)
     await store.close()
-    with sqlite3.connect(path) as raw:  # refused means untouched
-        assert raw.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION + 1
+    # refused means untouched
+    assert stored_versions(path) == ([("schema_version", str(SCHEMA_VERSION + 1))], None)
 
 
 async def test_an_old_version_1_store_migrates_forward_keeping_its_data(tmp_path: Path) -> None:
-    # Built by hand as version 1 wrote it (no documents table), not by the code under test.
+    # Built by hand as version 1 wrote it (no documents table; its version in a
+    # schema_version table; our application id, stamped in the transaction that made the
+    # tables), not by the code under test.
     path = tmp_path / "v1.db"
     with sqlite3.connect(path) as raw:
+        raw.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         raw.executescript(
             """
             CREATE TABLE schema_version (version INTEGER NOT NULL);
@@ -96,8 +111,10 @@ async def test_an_old_version_1_store_migrates_forward_keeping_its_data(tmp_path
     await store.save_state("old", 2, {"migrated": True})  # needs version 2's table
     assert await store.append("old", 2, '{"role":"user","content":"more"}', 1) == 3
     await store.close()
+    # The version moves into contextfold_meta; the old table is kept in step, so an older
+    # contextfold, which reads only that one, refuses a store newer than it.
+    assert stored_versions(path) == ([("schema_version", str(SCHEMA_VERSION))], [(SCHEMA_VERSION,)])
     with sqlite3.connect(path) as raw:
-        assert raw.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
         assert raw.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
 
 
@@ -153,8 +170,7 @@ async def test_a_version_2_store_migrates_forward_and_resumes_by_inspecting(
     await store.close()
     assert all(row.info_json is None for row in rows[:-1])
     assert info_from_json(rows[-1].info_json or "") == inspect_message(rows[-1].message, index=0)
-    with sqlite3.connect(old) as raw:
-        assert raw.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+    assert stored_versions(old) == ([("schema_version", str(SCHEMA_VERSION))], [(SCHEMA_VERSION,)])
 
 
 async def test_an_empty_file_becomes_a_new_store(tmp_path: Path) -> None:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from contextfold.store import MemoryStore, SqliteStore, StoreError, open_store, store_from_url
 
@@ -92,3 +95,28 @@ async def test_an_unreachable_postgresql_server_is_a_clear_error(tmp_path: Path)
     with pytest.raises(StoreError, match="cannot connect to PostgreSQL"):
         await store.open()
     await store.close()
+
+
+PASSWORDS = st.text(min_size=0, max_size=12).map(lambda text: f"Z{text}Q")
+
+
+@settings(max_examples=200, deadline=None)
+@given(PASSWORDS)
+def test_a_password_is_never_shown_in_any_of_its_places(password: str) -> None:
+    """Wherever the URL's syntax puts it, and (four characters or more: shorter ones are not
+    searched for in free text, which they would garble) wherever a message repeats it. The
+    skeleton has no capital Z or Q, so the password cannot hide in the rest of it."""
+    from contextfold.store.conninfo import display, scrub
+
+    encoded = quote(password, safe="")
+    for url in (
+        f"postgresql://worker:{encoded}@127.0.0.1:5432/agents",
+        f"postgresql://127.0.0.1/agents?user=worker&password={encoded}",
+        f"postgresql://worker:{encoded}@127.0.0.1/agents?password={encoded}&sslmode=x",
+        f"host=127.0.0.1 user=worker password={encoded}",
+    ):
+        shown = [display(url), scrub(f"failed for {url}", url)]
+        if len(password) >= 4:
+            shown.append(scrub(f"bad token: {password!r} ({encoded})", url))
+        for text in shown:
+            assert password not in text and encoded not in text, (url, text)

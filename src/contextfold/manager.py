@@ -64,9 +64,8 @@ from .recall import DEFAULT_MAX_TOKENS as DEFAULT_RECALL_TOKENS
 from .recall import recall_message
 from .repair import Repair
 from .report import RequestReport, compaction_event
-from .store.base import SessionStore, StoreError
-from .store.link import SessionLink
-from .store.urls import store_from_url
+from .store.base import SessionStore
+from .store.link import session_link
 from .summaries import (
     InMemorySummaryStore,
     Summarizer,
@@ -104,25 +103,6 @@ class _SystemPrompt:
 NOTICE_MAX_SHARE = 0.10
 
 logger = logging.getLogger(__name__)
-
-
-def _session_link(store: str | SessionStore | None, session_id: str | None) -> SessionLink | None:
-    """The durable session ``store`` (a URL or a store object) and ``session_id`` name."""
-    if store is None:
-        if session_id is not None:
-            raise ConfigError("session_id names a stored session: give store= as well")
-        return None
-    if not isinstance(session_id, str) or not session_id:
-        raise ConfigError(
-            "a store needs the session's id: ContextFold(store=..., session_id='...') (in "
-            "Amplifier the kernel's session id is used)"
-        )
-    if isinstance(store, str):
-        try:
-            store = store_from_url(store)
-        except StoreError as error:
-            raise ConfigError(str(error)) from None
-    return SessionLink(store, session_id)
 
 
 def _summary_folder(
@@ -171,7 +151,7 @@ class ContextFold:
         **settings: Any,
     ) -> None:
         self.config = ContextConfig.resolve(config, settings)
-        self._link = _session_link(store, session_id)
+        self._link = session_link(store, session_id)
         if self._link is not None and summary_store is None:
             summary_store = self._link.store  # summaries live with the session
         self.counter: TokenCounter = counter or build_counter(

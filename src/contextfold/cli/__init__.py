@@ -2,8 +2,9 @@
 
 Exit status: 0 on success; 1 when a conversation cannot fit the window even fully compacted
 (``ContextLengthError``: its protected content alone is too big); 2 for bad input or usage (a
-file that cannot be read or has the wrong shape, a bad option or config value). Problems with
-input are reported as one line on stderr naming the file and the place, never a traceback.
+file that cannot be read or has the wrong shape, a bad option or config value), or when
+standard output cannot be written (a full disk, a closed pipe). Problems with input are
+reported as one line on stderr naming the file and the place, never a traceback.
 
 The subcommands' modules (and through them amplifier-core, rich and matplotlib) are imported
 only when a subcommand runs, so ``contextfold --help`` answers at once.
@@ -23,6 +24,7 @@ from contextfold.cli.errors import (
     EXIT_DOES_NOT_FIT,
     EXIT_OK,
     MIN_DEMO_WINDOW,
+    OutputError,
 )
 from contextfold.cli.files import DEFAULT_MAX_INPUT_BYTES
 
@@ -42,7 +44,8 @@ provider a fitted view inside an honest token budget. Try 'contextfold demo'."""
 
 _EPILOG = """\
 exit status: 0 success; 1 the conversation cannot fit the window even fully compacted;
-2 bad input (unreadable or malformed file, bad option or config value).
+2 bad input (unreadable or malformed file, bad option or config value), or output that
+cannot be written (a full disk, a closed pipe).
 Run 'contextfold COMMAND --help' for a command's options."""
 
 _DEMO_EPILOG = """\
@@ -263,6 +266,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from contextfold.cli.commands import run_replay_command
 
         return run_replay_command(args)
+    except OutputError as error:
+        print(f"contextfold: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("contextfold: interrupted", file=sys.stderr)
         return 130

@@ -37,6 +37,7 @@ from contextfold.cli.errors import (
     InputError,
 )
 from contextfold.cli.files import check_output_option, display_path
+from contextfold.cli.output import stdout_guarded, write_stdout
 from contextfold.cli.readers import read_conversation
 from contextfold.cli.replay import ReplayError, ReplayResult, _row_columns, replay_messages
 from contextfold.cli.report import (
@@ -116,9 +117,10 @@ def run_demo_command(args: argparse.Namespace) -> int:
     except InputError as error:
         return fail(str(error))
 
-    console.print(demo_table(result))
-    console.print(_demo_verdict(result))
-    _print_outputs(console, json_path, chart_path, folder)
+    with stdout_guarded():
+        console.print(demo_table(result))
+        console.print(_demo_verdict(result))
+        _print_outputs(console, json_path, chart_path, folder)
     return EXIT_OK
 
 
@@ -312,10 +314,11 @@ def _replay_command(args: argparse.Namespace) -> int:
     except InputError as error:
         return fail(str(error))
 
-    console = Console(highlight=False)
-    for part in printout:
-        console.print(part)
-    _print_outputs(console, json_path, chart_path, folder)
+    with stdout_guarded():
+        console = Console(highlight=False)
+        for part in printout:
+            console.print(part)
+        _print_outputs(console, json_path, chart_path, folder)
     return EXIT_OK
 
 
@@ -435,5 +438,5 @@ def run_sessions(args: argparse.Namespace) -> int:
         status, text = run_sessions_command(args)
     except InputError as error:
         return fail(str(error))
-    print(text)
+    write_stdout(text + "\n")
     return status

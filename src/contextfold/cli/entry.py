@@ -43,7 +43,14 @@ def console() -> None:
     teardown loses nothing.
     """
     status = main()
-    sys.stdout.flush()
+    try:
+        sys.stdout.flush()
+    except OSError as error:  # what an unguarded printout left behind cannot be written
+        print(
+            f"contextfold: error: cannot write to standard output ({error.strerror})",
+            file=sys.stderr,
+        )
+        status = status or EXIT_BAD_INPUT
     sys.stderr.flush()
     os._exit(status)
 

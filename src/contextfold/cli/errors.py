@@ -25,3 +25,7 @@ class InputError(Exception):
         self.problem = problem
         where = f"{source}, {place}" if place else source
         super().__init__(f"{where}: {problem}")
+
+
+class OutputError(Exception):
+    """Standard output cannot be written (a full disk, a closed pipe): the one line shown."""

@@ -3,6 +3,13 @@
 ``list`` prints one line per stored session; ``show`` one session's history size, tokens,
 compaction state, summaries and calibration; ``export`` its messages as JSONL, one message a
 line, which ``contextfold replay`` reads back.
+
+These commands only read: the store is opened read-only, so a mistyped path is an error
+(nothing is created), an older store is not migrated, and a store on a read-only medium (a
+mounted backup) can be inspected. What the store holds is shown, never obeyed: session ids
+are printed escaped (an id holding a terminal escape or a newline cannot restyle the
+terminal or forge a row), and a stored document of a shape this version does not know is
+reported as such.
 """
 
 from __future__ import annotations
@@ -10,13 +17,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from contextfold.cli.errors import InputError
 from contextfold.cli.files import display_path, write_output_file
-from contextfold.messages import escape_surrogates
-from contextfold.store.base import SessionStore, StoreError
+from contextfold.store.base import SessionStore, StoredSession, StoreError
 from contextfold.store.urls import store_from_url
 
 
@@ -24,7 +31,8 @@ def add_sessions_parser(commands: Any) -> None:
     sessions = commands.add_parser(
         "sessions",
         help="list, show or export the sessions a durable store holds",
-        description="What a durable store (sqlite:///..., postgresql://...) holds.",
+        description="What a durable store (sqlite:///..., postgresql://...) holds. The store "
+        "is only read: nothing is created, migrated or written.",
     )
     actions = sessions.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = actions.add_parser("list", help="one line per stored session")
@@ -43,7 +51,7 @@ def add_sessions_parser(commands: Any) -> None:
 def run_sessions_command(args: argparse.Namespace) -> tuple[int, str]:
     """(exit status, text to print) for one ``sessions`` action."""
     try:
-        store = store_from_url(args.store)
+        store = store_from_url(args.store, read_only=True)
     except StoreError as error:
         raise InputError("STORE", str(error)) from None
     return asyncio.run(_run(store, args))
@@ -56,53 +64,81 @@ async def _run(store: SessionStore, args: argparse.Namespace) -> tuple[int, str]
             return 0, await _list(store)
         session = await store.open_session(args.session)
         if not session.exists:
-            raise InputError("SESSION_ID", f"no session {args.session!r} in {args.store}")
+            raise InputError(
+                "SESSION_ID",
+                f"no session '{shown(args.session)}' in {shown(_where(store, args.store))}",
+            )
         if args.action == "show":
             return 0, await _show(store, session)
-        # A lone surrogate (admitted as it was) is written as its JSON escape: UTF-8 text
-        # that replay reads back to the same message.
-        text = "".join(
-            escape_surrogates(json.dumps(m.message, ensure_ascii=False)) + "\n"
-            for m in session.messages
-        )
+        text = "".join(_jsonl_line(m.message) for m in session.messages)
         if args.out:
             path = write_output_file(Path(args.out), text.encode("utf-8"))
             return 0, f"{len(session.messages)} messages written to {display_path(path)}"
         return 0, text.rstrip("\n")
-    except StoreError as error:
+    except (StoreError, ValueError) as error:  # ValueError: a stored message is not JSON
         raise InputError("STORE", str(error)) from None
     finally:
         await store.close()
+
+
+def _where(store: SessionStore, url: str) -> str:
+    """The store for a message: a PostgreSQL store's address without its password."""
+    where = getattr(store, "where", url)
+    return where if isinstance(where, str) else url
+
+
+def shown(text: str) -> str:
+    """``text`` as one line of plain printable characters: control characters (terminal
+    escapes, newlines), invisible formatting characters, lone surrogates and backslashes
+    are escaped, so what a store holds cannot restyle a terminal or pass for another row."""
+    return "".join(char if char.isprintable() and char != "\\" else _escaped(char) for char in text)
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    if char == "\\":
+        return "\\\\"
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def _jsonl_line(message: dict[str, Any]) -> str:
+    line = json.dumps(message, ensure_ascii=False)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: escaped, the same text to a JSON reader
+        line = json.dumps(message)
+    return line + "\n"
 
 
 async def _list(store: SessionStore) -> str:
     sessions = await store.list_sessions()
     if not sessions:
         return "no sessions"
-    width = max(len(s.session_id) for s in sessions)
+    ids = [shown(s.session_id) for s in sessions]
+    width = max(len(i) for i in ids)
     lines = [f"{'session':<{width}}  messages  last seq  generation"]
-    for s in sessions:
+    for s, session_id in zip(sessions, ids, strict=True):
         lines.append(
-            f"{s.session_id:<{width}}  {s.message_count:>8,}  {s.last_seq:>8,}  {s.generation:>10}"
+            f"{session_id:<{width}}  {s.message_count:>8,}  {s.last_seq:>8,}  {s.generation:>10}"
         )
     return "\n".join(lines)
 
 
-async def _show(store: SessionStore, session: Any) -> str:
+async def _show(store: SessionStore, session: StoredSession) -> str:
     tokens = sum(m.cost for m in session.messages)
     lines = [
-        f"session        {session.session_id}",
+        f"session        {shown(session.session_id)}",
         f"messages       {len(session.messages):,} (last seq {session.last_seq:,}, "
         f"generation {session.generation})",
         f"tokens         {tokens:,} (raw, as counted at admission)",
     ]
-    state = session.state.snapshot if session.state is not None else None
-    if state:
+    if session.state is not None and session.state.snapshot:
         lines.append(
-            f"compaction     {len(state.get('removed_units', []))} turns out of the view, "
-            f"{len(state.get('shortened', []))} shortened, "
-            f"{len(state.get('summarized_units', []))} summarized; level {state.get('level', 0)}"
-            f" (state of seq {session.state.seq:,})"
+            "compaction     "
+            + _readable(_compaction, session.state.snapshot)
+            + f" (state of seq {session.state.seq:,})"
         )
     else:
         lines.append("compaction     none saved")
@@ -112,15 +148,77 @@ async def _show(store: SessionStore, session: Any) -> str:
         f"summaries      {len(records)} records written by this session"
         + (f" (the longest covers {written:,} messages)" if records else "")
     )
-    calibration = session.calibration or {}
-    if calibration:
-        ratios = ", ".join(
-            f"{model} {value.get('ratio', 0):.3f}"
-            + (f" + {value['fixed']:,} fixed" if value.get("fixed") else "")
-            + f" ({value.get('samples', 0)} readings)"
-            for model, value in sorted(calibration.items())
-        )
-        lines.append(f"calibration    {ratios}")
+    if session.calibration:
+        lines.append("calibration    " + _readable(_calibration, session.calibration))
     else:
         lines.append("calibration    none")
     return "\n".join(lines)
+
+
+def _readable(describe: Any, document: Mapping[str, Any]) -> str:
+    """``describe(document)``, or a note that its shape is not one this version reads."""
+    try:
+        return str(describe(document))
+    except (TypeError, ValueError, KeyError) as error:
+        return f"saved, in a form this contextfold cannot read ({shown(str(error))[:80]})"
+
+
+def _compaction(state: Mapping[str, Any]) -> str:
+    """What the saved compaction state takes out of the view, counted."""
+    removed = _unit_count(state.get("removed_units", ()))
+    summarized = _unit_count(state.get("summarized_units", ()))
+    shortened = len(_list_of(state.get("shortened", ()), "shortened"))
+    level = _number(state.get("level", 0), "level")
+    removed_messages = state.get("removed_messages")
+    summarized_messages = state.get("summarized_messages")
+    return (
+        f"{removed:,} turns out of the view{_messages(removed_messages)}, {shortened:,} "
+        f"shortened, {summarized:,} turns summarized{_messages(summarized_messages)}; "
+        f"level {level}"
+    )
+
+
+def _unit_count(stored: Any) -> int:
+    """How many units a stored set holds: ``{"runs": [[start, end], ...]}``, or the plain
+    index list older versions wrote."""
+    if isinstance(stored, Mapping):
+        total = 0
+        for run in _list_of(stored["runs"], "runs"):
+            start, end = _list_of(run, "a run")
+            total += max(0, _number(end, "a run") - _number(start, "a run"))
+        return total
+    return len(_list_of(stored, "a unit set"))
+
+
+def _messages(count: Any) -> str:
+    return (
+        f" ({count:,} messages)" if isinstance(count, int) and not isinstance(count, bool) else ""
+    )
+
+
+def _calibration(calibration: Mapping[str, Any]) -> str:
+    parts = []
+    for model, value in sorted(calibration.items()):
+        if not isinstance(value, Mapping):
+            raise ValueError(f"the entry of {model!r} is not an object")
+        ratio = _number(value.get("ratio", 0), "ratio")
+        fixed = _number(value.get("fixed", 0), "fixed")
+        samples = _number(value.get("samples", 0), "samples")
+        parts.append(
+            f"{shown(model)} {ratio:.3f}"
+            + (f" + {fixed:,} fixed" if fixed else "")
+            + f" ({samples} readings)"
+        )
+    return ", ".join(parts)
+
+
+def _list_of(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list | tuple):
+        raise ValueError(f"{what} is not a list")
+    return list(value)
+
+
+def _number(value: Any, what: str) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{what} is not a number")
+    return value

@@ -4,9 +4,14 @@
   (:class:`StoreError`, :class:`ConcurrentUpdateError`, :class:`StoreSchemaError`) and
   :func:`append_at_end` (reload-and-retry for independent appends).
 - :mod:`~contextfold.store.memory`: :class:`MemoryStore`, the default.
-- :mod:`~contextfold.store.sqlite`: :class:`SqliteStore`, one file, WAL + synchronous=FULL.
+- :mod:`~contextfold.store.sqlite`: :class:`SqliteStore`, one file, WAL + synchronous=FULL;
+  :mod:`~contextfold.store.sqlite_open` recognises the file as contextfold's before anything
+  is written to it, and opens a store that cannot be written for reading.
 - ``contextfold.store.postgres``: ``PostgresStore`` for a fleet of workers (needs the
-  ``contextfold[postgres]`` extra; imported only when used).
+  ``contextfold[postgres]`` extra; imported only when used); ``postgres_open`` finds or makes
+  its own ``contextfold`` schema, :mod:`~contextfold.store.conninfo` keeps passwords out of
+  messages.
+- :mod:`~contextfold.store.schema`: the tables, their versions and migrations, in one place.
 - :mod:`~contextfold.store.urls`: :func:`store_from_url` / :func:`open_store`.
 
 Every store is also a :class:`contextfold.summaries.SummaryStore`.

@@ -287,6 +287,13 @@ def check_session_id(session_id: object) -> str:
         )
     if "\x00" in session_id:
         raise StoreError("a session id may not contain a NUL character")
+    try:
+        session_id.encode("utf-8")
+    except UnicodeEncodeError:
+        raise StoreError(
+            f"a session id must be valid text; {session_id!r:.80} holds a lone surrogate, "
+            "which no store can hold"
+        ) from None
     return session_id
 
 

@@ -22,10 +22,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import ConfigError
 from ..history import Admission, History
 from ..messages import MessageInfo, canonical_json, info_from_json, info_to_json
 from ..tokens import TokenCounter
-from .base import SessionStore, StoredMessage, decode_message, scan_json
+from .base import (
+    SessionStore,
+    StoredMessage,
+    StoreError,
+    check_session_id,
+    decode_message,
+    scan_json,
+)
+from .urls import store_from_url
 
 
 @dataclass
@@ -36,6 +45,33 @@ class Loaded:
     state: Mapping[str, Any] | None  # the sticky-state document, when history still has it
     calibration: Mapping[str, Any] | None
     budget: Mapping[str, Any] | None
+
+
+def session_link(store: object, session_id: object) -> SessionLink | None:
+    """The durable session ``store`` (a URL or a store object) and ``session_id`` name, or
+    None for none. Everything is checked here, at construction (at mount in Amplifier), so
+    a bad value is a :class:`ConfigError` naming the key, never a failure mid-session."""
+    if store is None:
+        if session_id is not None:
+            raise ConfigError("session_id names a stored session: give store= as well")
+        return None
+    if not isinstance(session_id, str) or not session_id:
+        raise ConfigError(
+            "a store needs the session's id: ContextFold(store=..., session_id='...') (in "
+            "Amplifier the kernel's session id is used)"
+        )
+    try:
+        check_session_id(session_id)
+        if isinstance(store, str):
+            store = store_from_url(store)
+    except StoreError as error:
+        raise ConfigError(str(error)) from None
+    if not isinstance(store, SessionStore):
+        raise ConfigError(
+            f"store must be a store URL (sqlite:///agent.db, postgresql://...) or a "
+            f"SessionStore object, got {type(store).__name__} {store!r:.60}"
+        )
+    return SessionLink(store, session_id)
 
 
 class SessionLink:

@@ -18,11 +18,11 @@ server default), so acknowledged means durable on the server.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from contextfold.store.base import (
@@ -32,7 +32,6 @@ from contextfold.store.base import (
     StoredMessage,
     StoredSession,
     StoreError,
-    StoreSchemaError,
     assemble_session,
     check_cost,
     check_document,
@@ -46,7 +45,9 @@ from contextfold.store.base import (
     record_json,
     wrap_document,
 )
-from contextfold.store.schema import POSTGRES_MIGRATIONS, SCHEMA_VERSION, check_version
+from contextfold.store.conninfo import display, parse, scrub
+from contextfold.store.postgres_open import settle
+from contextfold.store.schema import POSTGRES_SCHEMA
 from contextfold.summaries.records import SummaryRecord
 
 __all__ = ["PostgresStore"]
@@ -55,18 +56,34 @@ _INSERT_MESSAGE = (
     "INSERT INTO cf_messages (session_id, seq, message_json, cost, info_json)"
     " VALUES (%s, %s, %s, %s, %s)"
 )
-# Serialises schema checks and migrations of workers starting at the same time.
-_MIGRATION_LOCK = 0x63666C64
 
 
 class PostgresStore:
     """A :class:`~contextfold.store.base.SessionStore` in a PostgreSQL database."""
 
     def __init__(
-        self, conninfo: str, *, min_size: int = 1, max_size: int = 4, timeout: float = 30.0
+        self,
+        conninfo: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 4,
+        timeout: float = 30.0,
+        read_only: bool = False,
     ) -> None:
+        """``read_only``: never create or migrate the schema, and run every transaction
+        read-only (the inspection commands' mode); a database without a store is then an
+        error. A connection string the driver cannot parse is refused here."""
+        try:
+            self._params = parse(conninfo)
+        except ValueError as error:
+            raise StoreError(
+                f"{display(conninfo)} is not a PostgreSQL URL the driver can use: {error}"
+            ) from None
         self.conninfo = conninfo
         self.timeout = timeout
+        self.read_only = read_only
+        self._where = display(conninfo)
+        self._schema = POSTGRES_SCHEMA
         self._pool = AsyncConnectionPool(
             conninfo,
             min_size=min_size,
@@ -74,6 +91,7 @@ class PostgresStore:
             timeout=timeout,
             open=False,
             kwargs={"autocommit": True},
+            configure=self._configure,
         )
         self._opened = False
         self._opening = asyncio.Lock()
@@ -82,7 +100,7 @@ class PostgresStore:
     @property
     def where(self) -> str:
         """The connection string without its password, for messages."""
-        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", self.conninfo)
+        return self._where
 
     async def open(self) -> None:
         if self._closed:
@@ -92,54 +110,60 @@ class PostgresStore:
                 await self._open_and_migrate()
 
     async def _open_and_migrate(self) -> None:
+        # One connection first, outside the pool: a wrong password, database or host fails
+        # here at once with the server's reason (a pool would retry until its timeout and
+        # say only that it is incomplete). The schema is found or made on it.
+        settings: dict[str, Any] = {"autocommit": True}
+        if "connect_timeout" not in self._params:
+            settings["connect_timeout"] = max(2, round(self.timeout))
+        try:
+            connection = await psycopg.AsyncConnection.connect(self.conninfo, **settings)
+        except psycopg.Error as error:
+            raise StoreError(
+                f"cannot connect to PostgreSQL at {self.where} ({self._reason(error)}); check "
+                "that the server runs and that the URL's host, port, database, user and "
+                "password are right"
+            ) from None
+        try:
+            if self.read_only:
+                await connection.execute("SET default_transaction_read_only = on")
+            async with connection.transaction():
+                self._schema = await settle(connection, self.where, read_only=self.read_only)
+        except psycopg.Error as error:
+            raise StoreError(
+                f"PostgreSQL store {self.where} failed: {self._scrub(error)}"
+            ) from None
+        finally:
+            await connection.close()
         try:
             await self._pool.open(wait=True, timeout=self.timeout)
         except Exception as error:
             raise StoreError(
-                f"cannot connect to PostgreSQL at {self.where}: {error}. Check that the server "
-                "runs and that the URL's host, port, database and user are right."
+                f"cannot connect to PostgreSQL at {self.where} ({self._reason(error)}); check "
+                "that the server runs and that the URL's host, port, database and user are right"
             ) from None
-        try:
-            async with self._pool.connection() as connection, connection.transaction():
-                await self._migrate(connection)
-        except psycopg.Error as error:
-            raise StoreError(f"PostgreSQL store {self.where} failed: {error}") from None
         # Only now: a store whose schema was refused stays refused on every later call.
         self._opened = True
+
+    async def _configure(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        """Each pooled connection works in the store's schema (and reads only, when
+        read-only): every statement names its tables unqualified."""
+        await connection.execute(
+            sql.SQL("SET search_path TO {}").format(sql.Identifier(self._schema))
+        )
+        if self.read_only:
+            await connection.execute("SET default_transaction_read_only = on")
+
+    def _scrub(self, error: BaseException) -> str:
+        return scrub(str(error), self.conninfo)
+
+    def _reason(self, error: BaseException) -> str:
+        """The driver's (or the server's) reason on one line, without the password."""
+        return " ".join(self._scrub(error).split()).rstrip(".") or type(error).__name__
 
     async def close(self) -> None:
         self._closed = True
         await self._pool.close()
-
-    async def _migrate(self, connection: psycopg.AsyncConnection[Any]) -> None:
-        await connection.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-        columns = await (
-            await connection.execute(
-                "SELECT column_name FROM information_schema.columns"
-                " WHERE table_schema = current_schema() AND table_name = 'schema_version'"
-            )
-        ).fetchall()
-        version = 0
-        if columns:
-            if [row[0] for row in columns] != ["version"]:
-                raise StoreSchemaError(
-                    f"{self.where} has a schema_version table of another application "
-                    f"(columns {[row[0] for row in columns]}); give contextfold its own "
-                    "database or schema"
-                )
-            row = await (
-                await connection.execute("SELECT max(version) FROM schema_version")
-            ).fetchone()
-            version = row[0] if row and row[0] is not None else 0
-        else:
-            await connection.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
-        check_version(version, self.where)
-        for steps in POSTGRES_MIGRATIONS[version:]:
-            for statement in steps:
-                await connection.execute(statement)
-        if version != SCHEMA_VERSION:
-            await connection.execute("DELETE FROM schema_version")
-            await connection.execute("INSERT INTO schema_version VALUES (%s)", (SCHEMA_VERSION,))
 
     def _connection(self) -> Any:
         return self._pool.connection()
@@ -425,7 +449,12 @@ class PostgresStore:
         return [read_record(row[0]) for row in rows]
 
     def _explain(self, error: psycopg.Error) -> StoreError:
+        if isinstance(error, psycopg.errors.ReadOnlySqlTransaction) and self.read_only:
+            return StoreError(
+                f"the PostgreSQL store {self.where} was opened read-only: it can be read, not "
+                "written; nothing was written"
+            )
         return StoreError(
-            f"the PostgreSQL store {self.where} failed ({type(error).__name__}): {error}; "
-            "nothing was written"
+            f"the PostgreSQL store {self.where} failed ({type(error).__name__}): "
+            f"{self._scrub(error)}; nothing was written"
         )

@@ -9,13 +9,54 @@ History: version 1 held the sessions, the messages and the summary records; vers
 the per-session documents (compaction state, calibration, budget decision); version 3 added
 each message's classification (``info_json``, NULL for rows written before it: a reader
 inspects those messages again, as it always did).
+
+Ownership (DESIGN invariant 9: contextfold never writes into a database or file it did not
+create). The version lives in contextfold's own table, ``contextfold_meta`` (key
+``schema_version``), never in a table of a generic name another application may also have.
+A SQLite store is recognised by its file header (``PRAGMA application_id``, "cfld"), read
+before anything is written; a PostgreSQL store lives in a schema of its own,
+``contextfold``, and nothing outside that schema is ever written.
+
+Stores written before ``contextfold_meta`` kept their version in a ``schema_version`` table
+beside the ``cf_*`` tables (:data:`LEGACY_VERSION_TABLE`). Such a store is still ours when it
+carries our application id (SQLite: every version stamped it in the transaction that
+created the tables) or, on PostgreSQL, when the schema holds exactly our table set at the
+version its ``schema_version`` names (:func:`legacy_version`). It is taken over on its
+first read-write opening: SQLite gains ``contextfold_meta`` and keeps ``schema_version`` in
+step (so an older contextfold still refuses a store newer than it); PostgreSQL's ``cf_*``
+tables move into the ``contextfold`` schema and the old ``schema_version`` table is left
+where it was, unread and unwritten (another application may own a table of that name).
 """
 
 from __future__ import annotations
 
 from contextfold.store.base import StoreSchemaError
 
-__all__ = ["POSTGRES_MIGRATIONS", "SCHEMA_VERSION", "SQLITE_MIGRATIONS", "check_version"]
+__all__ = [
+    "LEGACY_DATA_TABLES",
+    "LEGACY_LAST_VERSION",
+    "LEGACY_VERSION_TABLE",
+    "META_TABLE",
+    "META_VERSION_KEY",
+    "POSTGRES_MIGRATIONS",
+    "POSTGRES_SCHEMA",
+    "SCHEMA_VERSION",
+    "SQLITE_MIGRATIONS",
+    "check_version",
+    "legacy_version",
+    "meta_statements",
+    "read_meta_version",
+]
+
+# contextfold's own table: one row per key; ``schema_version`` is the layout's version.
+META_TABLE = "contextfold_meta"
+META_VERSION_KEY = "schema_version"
+# The PostgreSQL schema a store lives in; nothing outside it is ever written.
+POSTGRES_SCHEMA = "contextfold"
+# Where stores written before contextfold_meta kept their version, and the last version
+# written that way.
+LEGACY_VERSION_TABLE = "schema_version"
+LEGACY_LAST_VERSION = 3
 
 SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
@@ -92,3 +133,64 @@ def check_version(found: int, where: str) -> None:
         )
     if found < 0:
         raise StoreSchemaError(f"{where} has an invalid store schema version {found}")
+
+
+def meta_statements(version: int, placeholder: str) -> tuple[tuple[str, tuple[object, ...]], ...]:
+    """Create contextfold's own table if needed and record ``version`` in it, as
+    (statement, parameters) pairs; ``placeholder`` is the driver's (``?`` or ``%s``)."""
+    return (
+        (
+            f"CREATE TABLE IF NOT EXISTS {META_TABLE} (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+            (),
+        ),
+        (f"DELETE FROM {META_TABLE} WHERE key = {placeholder}", (META_VERSION_KEY,)),
+        (
+            f"INSERT INTO {META_TABLE} (key, value) VALUES ({placeholder}, {placeholder})",
+            (META_VERSION_KEY, str(version)),
+        ),
+    )
+
+
+def read_meta_version(value: object, where: str) -> int:
+    """The version ``contextfold_meta`` holds (its text form), or a clear error."""
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    raise StoreSchemaError(
+        f"{where}: its {META_TABLE} table holds no valid schema version ({value!r:.40}); "
+        "the store is damaged: restore it from a backup"
+    )
+
+
+# The columns of the cf_* tables at each version of the layout that kept its version in
+# ``schema_version``: how such a store is recognised as ours by its tables alone.
+_LEGACY_TABLES: dict[str, tuple[str, ...]] = {
+    "cf_sessions": ("session_id", "last_seq", "generation"),
+    "cf_messages": ("session_id", "seq", "message_json", "cost"),
+    "cf_summaries": ("position", "covered_hash", "session_id", "record_json"),
+}
+_LEGACY_DOCUMENTS = ("session_id", "kind", "seq", "body_json")
+LEGACY_DATA_TABLES = ("cf_sessions", "cf_messages", "cf_summaries", "cf_documents")
+
+
+def legacy_version(columns: dict[str, tuple[str, ...]], stored: object) -> int | None:
+    """The version of a store written before ``contextfold_meta``, or None when these tables
+    are not one (``columns``: table name -> its columns in order; ``stored``: the largest
+    version its ``schema_version`` holds).
+
+    Recognised only when the version is one such a store could have (1 to 3) and the cf_*
+    tables are exactly those of that version: a table of another application that merely
+    shares a name never passes.
+    """
+    if columns.get(LEGACY_VERSION_TABLE) != ("version",):
+        return None
+    if isinstance(stored, bool) or not isinstance(stored, int):
+        return None
+    if not 1 <= stored <= LEGACY_LAST_VERSION:
+        return None
+    expected = dict(_LEGACY_TABLES)
+    if stored >= 2:
+        expected["cf_documents"] = _LEGACY_DOCUMENTS
+    if stored >= 3:
+        expected["cf_messages"] = (*expected["cf_messages"], "info_json")
+    found = {name: cols for name, cols in columns.items() if name in LEGACY_DATA_TABLES}
+    return stored if found == expected else None

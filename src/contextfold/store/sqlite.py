@@ -38,7 +38,6 @@ from contextfold.store.base import (
     StoredMessage,
     StoredSession,
     StoreError,
-    StoreSchemaError,
     assemble_session,
     check_cost,
     check_document,
@@ -52,18 +51,12 @@ from contextfold.store.base import (
     record_json,
     wrap_document,
 )
-from contextfold.store.schema import SCHEMA_VERSION, SQLITE_MIGRATIONS, check_version
+from contextfold.store.sqlite_open import APPLICATION_ID, Opened, check_path, open_file
 from contextfold.summaries.records import SummaryRecord
 
 __all__ = ["APPLICATION_ID", "SqliteStore"]
 
-# Written into the file header (PRAGMA application_id) so a contextfold store is recognisable
-# and another application's SQLite file is refused instead of written into: b"cfld".
-APPLICATION_ID = int.from_bytes(b"cfld", "big")
-_SQLITE_HEADER = b"SQLite format 3\x00"
-_SQLITE_HEADER_SIZE = 100
 _T = TypeVar("_T")
-_MMAP_BYTES = 256 * 1024 * 1024  # address space, not memory: pages load as they are read
 _INSERT_MESSAGE = (
     "INSERT INTO cf_messages (session_id, seq, message_json, cost, info_json)"
     " VALUES (?, ?, ?, ?, ?)"
@@ -73,11 +66,18 @@ _INSERT_MESSAGE = (
 class SqliteStore:
     """A :class:`~contextfold.store.base.SessionStore` in one SQLite file."""
 
-    def __init__(self, path: str | Path, *, busy_timeout: float = 30.0) -> None:
-        self.path = Path(path)
+    def __init__(
+        self, path: str | Path, *, busy_timeout: float = 30.0, read_only: bool = False
+    ) -> None:
+        """``read_only``: never create, migrate or write the file (the inspection commands'
+        mode); a missing file is then an error. A store whose file or folder cannot be
+        written (a mounted backup) is opened read-only whatever this says."""
+        self.path = check_path(path)
         self.busy_timeout = busy_timeout
+        self.read_only = read_only
         self._executor: ThreadPoolExecutor | None = None
         self._connection: sqlite3.Connection | None = None
+        self._opened: Opened | None = None
         self._opening = asyncio.Lock()
         self._closed = False
 
@@ -103,6 +103,8 @@ class SqliteStore:
             await asyncio.get_running_loop().run_in_executor(self._executor, connection.close)
         self._executor.shutdown(wait=True)
         self._executor = None
+        if self._opened is not None:
+            self._opened.discard_copy()
 
     async def _run(self, operation: Callable[[sqlite3.Connection], _T]) -> _T:
         if self._connection is None:
@@ -122,6 +124,12 @@ class SqliteStore:
 
     def _explain(self, error: sqlite3.Error) -> StoreError:
         text = str(error)
+        read_only = self._opened.read_only if self._opened is not None else None
+        if read_only is not None and "readonly" in text:
+            return StoreError(
+                f"the SQLite store {self.path} is read-only ({read_only}): it can be read, "
+                "not written; nothing was written"
+            )
         if "locked" in text or "busy" in text:
             return StoreError(
                 f"the SQLite store {self.path} stayed locked by another writer for more than "
@@ -160,7 +168,10 @@ class SqliteStore:
         pause = 0.01
         while True:
             try:
-                return self._connect_once()
+                self._opened = open_file(
+                    self.path, self.busy_timeout, read_only=self.read_only, explain=self._explain
+                )
+                return self._opened.connection
             except StoreError as error:
                 locked = isinstance(error.__cause__, sqlite3.OperationalError) and any(
                     word in str(error.__cause__).lower() for word in ("locked", "busy")
@@ -169,95 +180,6 @@ class SqliteStore:
                     raise
                 time.sleep(pause)
                 pause = min(pause * 2, 0.5)
-
-    def _connect_once(self) -> sqlite3.Connection:
-        self._check_file()
-        try:
-            connection = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
-        except sqlite3.Error as error:
-            raise StoreError(f"cannot open the SQLite store {self.path}: {error}") from None
-        try:
-            connection.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-            # Recognise the file before anything writes to it: switching to WAL rewrites the
-            # header, and another application's database must be left exactly as it was.
-            self._check_ours(connection)
-            mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if mode != "wal":
-                raise StoreError(f"{self.path} cannot use WAL journaling (got {mode!r})")
-            connection.execute("PRAGMA synchronous = FULL")
-            # Reads through a memory map instead of a read() call per page: a resume reads a
-            # whole session at once (about a third of its time at 10,000 messages otherwise).
-            connection.execute(f"PRAGMA mmap_size = {_MMAP_BYTES}")
-            self._transaction(connection, self._migrate)
-        except sqlite3.Error as error:
-            connection.close()
-            raise self._explain(error) from error
-        except BaseException:
-            connection.close()
-            raise
-        return connection
-
-    def _check_file(self) -> None:
-        """Refuse a file that is not SQLite before SQLite touches it."""
-        if self.path.is_dir():
-            raise StoreError(f"{self.path} is a directory, not a SQLite store file")
-        if not self.path.parent.is_dir():
-            raise StoreError(f"the directory of the SQLite store {self.path} does not exist")
-        if not self.path.exists() or self.path.stat().st_size == 0:
-            return
-        with self.path.open("rb") as file:
-            header = file.read(_SQLITE_HEADER_SIZE)
-        if header.startswith(_SQLITE_HEADER) or _SQLITE_HEADER.startswith(header):
-            if len(header) < _SQLITE_HEADER_SIZE:
-                raise StoreError(
-                    f"{self.path} is a truncated SQLite file ({len(header)} bytes, shorter than "
-                    "a database header). Restore it from a backup or point the store at "
-                    "another file; contextfold will not write into it."
-                )
-            return
-        if header[: len(_SQLITE_HEADER)] != _SQLITE_HEADER:
-            raise StoreError(
-                f"{self.path} is not a SQLite database (its first bytes are {header[:8]!r}); "
-                "point the store at a new file or an existing contextfold store"
-            )
-
-    def _check_ours(self, connection: sqlite3.Connection) -> tuple[set[str], int]:
-        """The file's tables and application id; refuses another application's database."""
-        tables = {
-            row[0]
-            for row in connection.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-            )
-        }
-        application_id = connection.execute("PRAGMA application_id").fetchone()[0]
-        ours = application_id == APPLICATION_ID or (application_id == 0 and not tables)
-        if "schema_version" in tables and application_id == 0:
-            ours = True  # a store written before the header mark; its version table says so
-        if not ours:
-            raise StoreSchemaError(
-                f"{self.path} is a SQLite database of another application (application_id "
-                f"{application_id:#x}, tables {sorted(tables)[:5]}), not a contextfold store; "
-                "point the store at a new file"
-            )
-        return tables, application_id
-
-    def _migrate(self, connection: sqlite3.Connection) -> None:
-        tables, application_id = self._check_ours(connection)
-        version = 0
-        if "schema_version" in tables:
-            row = connection.execute("SELECT max(version) FROM schema_version").fetchone()
-            version = row[0] if row and row[0] is not None else 0
-        else:
-            connection.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
-        check_version(version, str(self.path))
-        for steps in SQLITE_MIGRATIONS[version:]:
-            for statement in steps:
-                connection.execute(statement)
-        if version != SCHEMA_VERSION:
-            connection.execute("DELETE FROM schema_version")
-            connection.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
-        if application_id != APPLICATION_ID:
-            connection.execute(f"PRAGMA application_id = {APPLICATION_ID}")
 
     # -- sessions ------------------------------------------------------------------------
 

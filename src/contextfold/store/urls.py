@@ -12,6 +12,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from contextfold.store.base import SessionStore, StoreError
+from contextfold.store.conninfo import scrub
 from contextfold.store.memory import MemoryStore
 from contextfold.store.sqlite import SqliteStore
 
@@ -24,21 +25,38 @@ _FORMS = (
 )
 
 
-def store_from_url(url: str) -> SessionStore:
-    """The store a URL names, not yet opened. Raises :class:`StoreError` for a bad URL."""
+def store_from_url(url: str, *, read_only: bool = False) -> SessionStore:
+    """The store a URL names, not yet opened. Raises :class:`StoreError` for a bad URL.
+
+    ``read_only``: the store only reads (what the inspection commands use): it never
+    creates, migrates or writes anything, and a missing store is an error.
+    """
     if not isinstance(url, str) or not url.strip():
         raise StoreError(f"a store URL must be a non-empty string; use one of: {_FORMS}")
+    if "\x00" in url:
+        raise StoreError("a store URL may not contain a NUL character")
     scheme, _, rest = url.partition("://")
     scheme = scheme.lower()
+    shown = scrub(url, url)  # a URL in a message never shows its password
     if not _:
-        raise StoreError(f"{url!r} is not a store URL; use one of: {_FORMS}")
+        raise StoreError(f"{shown!r} is not a store URL; use one of: {_FORMS}")
     if scheme == "memory":
         if rest:
-            raise StoreError(f"memory:// takes nothing after the scheme, got {url!r}")
+            raise StoreError(f"memory:// takes nothing after the scheme, got {shown!r}")
+        if read_only:
+            raise StoreError(
+                "memory:// holds nothing outside the process that made it: there is nothing "
+                "to read; give a sqlite:/// or postgresql:// URL"
+            )
         return MemoryStore()
     if scheme == "sqlite":
-        return SqliteStore(_sqlite_path(url, rest))
+        return SqliteStore(_sqlite_path(url, rest), read_only=read_only)
     if scheme in ("postgresql", "postgres"):
+        if not _is_text(url):
+            raise StoreError(
+                "a postgresql:// URL must be valid text (it holds a lone surrogate, "
+                "which no server can be sent)"
+            )
         if importlib.util.find_spec("psycopg") is None or (
             importlib.util.find_spec("psycopg_pool") is None
         ):
@@ -48,15 +66,28 @@ def store_from_url(url: str) -> SessionStore:
             )
         from contextfold.store.postgres import PostgresStore
 
-        return PostgresStore(url)
-    raise StoreError(f"unknown store scheme {scheme!r} in {url!r}; use one of: {_FORMS}")
+        return PostgresStore(url, read_only=read_only)
+    raise StoreError(f"unknown store scheme {scheme!r} in {shown!r}; use one of: {_FORMS}")
 
 
-async def open_store(url: str) -> SessionStore:
-    """The store a URL names, opened: connected, schema checked and migrated."""
-    store = store_from_url(url)
-    await store.open()
+async def open_store(url: str, *, read_only: bool = False) -> SessionStore:
+    """The store a URL names, opened: connected, schema checked and migrated (only checked,
+    when ``read_only``)."""
+    store = store_from_url(url, read_only=read_only)
+    try:
+        await store.open()
+    except BaseException:
+        await store.close()
+        raise
     return store
+
+
+def _is_text(url: str) -> bool:
+    try:
+        url.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _sqlite_path(url: str, rest: str) -> Path:

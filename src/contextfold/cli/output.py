@@ -1,0 +1,49 @@
+"""Writing to standard output when it may not take the writing: a full disk, a closed pipe.
+
+A command's printout is its result: when it cannot be written, the command says so in one
+line on stderr and exits non-zero, instead of ending in a traceback (or in the interpreter's
+own complaint when it flushes what is left at exit).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from contextfold.cli.errors import OutputError
+
+__all__ = ["stdout_guarded", "write_stdout"]
+
+
+def write_stdout(text: str) -> None:
+    """Write ``text`` to stdout and flush it; :class:`OutputError` when it cannot be."""
+    with stdout_guarded():
+        sys.stdout.write(text)
+
+
+@contextmanager
+def stdout_guarded() -> Iterator[None]:
+    """Whatever the block writes to stdout is flushed at its end; a write that fails there
+    or inside it becomes one :class:`OutputError`."""
+    try:
+        yield
+        sys.stdout.flush()
+    except OSError as error:
+        _discard_stdout()
+        reason = error.strerror or type(error).__name__
+        raise OutputError(f"cannot write to standard output ({reason})") from None
+
+
+def _discard_stdout() -> None:
+    """Point stdout at the null device, so what is still buffered has somewhere to go when
+    the interpreter flushes it at exit (it would fail again, with a traceback)."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, sys.stdout.fileno())
+        finally:
+            os.close(null)
+    except (OSError, ValueError):  # no real descriptor behind stdout (a test's capture)
+        pass
