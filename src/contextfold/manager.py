@@ -250,9 +250,12 @@ class ContextFold:
                     await self._loaded()
                 admission = self._history.prepare(message)
                 if self._link is not None:
-                    # Durable before it is acknowledged; a lost race raises, history unchanged.
-                    await self._link.append(admission)
-                appended = self._admitted(admission)
+                    # Durable before it is acknowledged, and in history exactly when stored
+                    # (even when cancelled); a lost race raises, history unchanged.
+                    admitted = partial(self._admitted, admission)
+                    appended = await self._link.append(admission, admitted)
+                else:
+                    appended = self._admitted(admission)
         if admission.clips or appended.repairs:  # nearly every admission has nothing to report
             await self._emit_admission(admission.clips, appended.repairs)
 
@@ -444,8 +447,9 @@ class ContextFold:
         async with self._lock:
             await self._loaded()
             if self._link is not None:
-                await self._link.replace(fresh)
-            self._reset_history(fresh)
+                await self._link.replace(fresh, partial(self._reset_history, fresh))
+            else:
+                self._reset_history(fresh)
         await self._emit_admission(clips, fresh.repairs)
 
     async def recall(
@@ -465,8 +469,9 @@ class ContextFold:
             await self._loaded()
             empty = History(self.counter, self.config.max_tool_result_bytes)
             if self._link is not None:
-                await self._link.replace(empty)
-            self._reset_history(empty)
+                await self._link.replace(empty, partial(self._reset_history, empty))
+            else:
+                self._reset_history(empty)
 
     # -- the meter -----------------------------------------------------------------------
 
@@ -816,7 +821,7 @@ class ContextFold:
         if loaded.state is not None:
             try:
                 restored = fold_snapshot.restore(loaded.state, loaded.history.units)
-            except (KeyError, TypeError, ValueError):
+            except (AttributeError, KeyError, TypeError, ValueError):
                 logger.warning("context-fold: stored compaction state unreadable; planning afresh")
             else:
                 self._commit_restored(*restored)
@@ -849,7 +854,6 @@ class ContextFold:
         link = self._link
         assert link is not None
         if self._state_dirty:
-            self._state_dirty = False
             await link.save_state(
                 fold_snapshot.snapshot(
                     self._state,
@@ -858,12 +862,11 @@ class ContextFold:
                     missed_target_at=self._missed_target_at,
                 )
             )
-        budget = self._last_persisted_budget
-        if self.last_report is not None and (self.last_report.budget, self._refit_cap) != budget:
-            self._last_persisted_budget = (self.last_report.budget, self._refit_cap)
-            await link.save_budget(
-                {"effective_budget": self.last_report.budget, "refit_cap": self._refit_cap}
-            )
+            self._state_dirty = False  # only once saved: a failed save is tried again
+        budget = (self.last_report.budget, self._refit_cap) if self.last_report else None
+        if budget is not None and budget != self._last_persisted_budget:
+            await link.save_budget({"effective_budget": budget[0], "refit_cap": budget[1]})
+            self._last_persisted_budget = budget
 
     async def _adopted_summaries(self, base: FoldState, store: SummaryStore) -> FoldState | None:
         """A resumed history (or another worker's) takes up the summary its records already
