@@ -35,6 +35,7 @@ from contextfold.store import (
     StoreError,
     store_from_url,
 )
+from contextfold.summaries import scripted_summarizer
 from contextfold.tokens import ExactCounter, HeuristicCounter
 from store_support import PostgresServer, start_or_skip
 from support import SYSTEM, human, reply, tool_round
@@ -398,6 +399,36 @@ async def test_a_cancelled_add_message_is_in_the_store_and_history_or_in_neither
     assert history[-1]["content"] == "cancelled mid-write"
     await context.add_message(human("the session goes on"))  # not wedged
     assert await sql_stores.worker().get_messages() == await context.get_messages()
+
+
+# -- 11. other sessions' summary records are never read -----------------------------------
+
+SUMMARY_LADDER = [
+    "strip_thinking",
+    "truncate_tool_results",
+    {"name": "summarize", "max_input_tokens": 8_000, "max_output_tokens": 400},
+    "drop_oldest",
+]
+
+
+async def test_an_unreadable_record_of_another_session_never_fails_this_one(
+    sql_stores: Stores,
+) -> None:
+    other = sql_stores.worker("other", summarizer=scripted_summarizer(), strategies=SUMMARY_LADDER)
+    await other.set_messages([SYSTEM, human("go")])
+    await run_rounds(other, range(25))
+    assert other.summary_stats.written > 0
+    await sql_stores.raw(
+        "INSERT INTO cf_summaries (covered_hash, session_id, record_json) VALUES (%s, %s, %s)",
+        "f" * 64,
+        "other",
+        '{"schema_version": 1, "text": "damaged',
+    )
+    context = sql_stores.worker("mine", summarizer=scripted_summarizer(), strategies=SUMMARY_LADDER)
+    await context.set_messages([SYSTEM, human("go")])
+    view = await run_rounds(context, range(25))
+    assert context.last_report is not None and context.last_report.removed_total > 0
+    assert [m for m in view if (m.get("metadata") or {}).get("summary")]
 
 
 # -- 23. a damaged row is a StoreError naming the session and the row ---------------------

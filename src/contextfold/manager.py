@@ -76,6 +76,7 @@ from .summaries import (
     SummaryStore,
     covered_hash,
 )
+from .summaries.adoption import stored_chain
 from .tokens import CalibratedCounter, TokenCounter, build_counter
 from .views import detached
 
@@ -875,31 +876,16 @@ class ContextFold:
         them, with no summarizer call; turns the original run dropped stay until a pass
         decides about them. Returns the state to plan from, or None (nothing to take up)."""
         history = self._history
-        records = await store.records()
-        successors: dict[str | None, list[Any]] = {}
-        for record in records:
-            successors.setdefault(record.previous_hash, []).append(record)
-        chain = None
-        links = 0
-        while True:
-            done = len(chain.history_ids) if chain is not None else 0
-            follow = None
-            for record in successors.get(chain.covered_hash if chain else None, []):
-                new_ids = record.history_ids[done:]
-                if (
-                    not new_ids
-                    or max(new_ids) >= len(history)
-                    or record.history_ids[:done] != (chain.history_ids if chain else ())
-                ):
-                    continue
-                messages = [history.entries[i].message for i in new_ids]
-                if covered_hash(messages, previous=chain) == record.covered_hash and (
-                    follow is None or len(record.history_ids) > len(follow.history_ids)
-                ):
-                    follow = record
-            if follow is None:
-                break
-            chain, links = follow, links + 1
+        assert self._summarize_rung is not None
+        blocks = summary_blocks(history, self._summarize_rung.span_budget)[:-1]
+        # Looked up by key (this session's records, each block's hash), never by reading
+        # every record of a store other sessions share.
+        chain, links = await stored_chain(
+            store,
+            [entry.message for entry in history.entries],
+            session_id=self._link.session_id if self._link is not None else None,
+            blocks=[[i for u in block for i in history.units[u].entries] for block in blocks],
+        )
         units = {history.entries[i].unit for i in chain.history_ids} if chain else set()
         covered = set(chain.history_ids) if chain else set()
         if chain is None or any(i not in covered for u in units for i in history.units[u].entries):
