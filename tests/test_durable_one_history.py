@@ -446,8 +446,6 @@ async def written_session(stores: Stores, counter: str = "heuristic") -> None:
     [
         ('UPDATE cf_messages SET message_json = \'{"role": "us\' WHERE seq = 5', "seq 5.*not JSON"),
         ("UPDATE cf_messages SET message_json = '[1, 2]' WHERE seq = 6", "seq 6.*JSON object"),
-        ("UPDATE cf_messages SET cost = 'many' WHERE seq = 7", "seq 7.*token cost"),
-        ("UPDATE cf_messages SET cost = 2.5 WHERE seq = 7", "seq 7.*token cost"),
         (
             'UPDATE cf_documents SET body_json = \'{"version": 1, "body": {"m": 3}}\''
             " WHERE kind = 'calibration'",
@@ -459,12 +457,22 @@ async def written_session(stores: Stores, counter: str = "heuristic") -> None:
 async def test_a_damaged_row_is_a_store_error_naming_session_and_row(
     sql_stores: Stores, damage: str, complaint: str
 ) -> None:
-    if "cost =" in damage and sql_stores.kind == "postgres":
-        pytest.skip("a PostgreSQL BIGINT column cannot hold it")
     await written_session(sql_stores, counter="calibrated")  # with a calibration document
     await sql_stores.raw(damage)
     with pytest.raises(StoreError, match=f"session 's'.*{complaint}|{complaint}.*session 's'"):
         await sql_stores.worker().get_messages()
+
+
+@pytest.mark.parametrize("cost", ["'many'", "2.5", "-3"])
+async def test_a_cost_that_is_not_a_count_is_a_store_error(tmp_path: Path, cost: str) -> None:
+    # SQLite only: a PostgreSQL BIGINT column cannot hold the first two, and the store
+    # never writes a negative one.
+    stores = Stores("sqlite", f"sqlite:///{tmp_path / 'agent.db'}")
+    await written_session(stores)
+    await stores.raw(f"UPDATE cf_messages SET cost = {cost} WHERE seq = 7")
+    with pytest.raises(StoreError, match="session 's', seq 7 is damaged: its token cost"):
+        await stores.worker().get_messages()
+    await stores.close()
 
 
 async def test_a_damaged_classification_or_state_is_read_around(
