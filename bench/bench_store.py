@@ -17,6 +17,13 @@ resume       ``open_session`` of a 10,000-message session (messages, their token
              message, then a compaction pass), and beside the same resume from rows without
              classifications (a version 2 store: every message inspected again). Each
              first-view figure is the best of ``--repeats`` runs, taken in turns.
+foreign      SQLite: the CPU time of the first compacting request of a session (a summarize
+             ladder, the offline summarizer) in a store holding no other session's summary
+             records, beside the same request in a store holding ``--foreign-records`` of
+             them (1,000,000 by default, one of them unreadable), best of 2 x ``--repeats``
+             each, in turns. A context looks records up by key (its own session's, each
+             summary block's covered hash), never by reading the store's: the ratio stays
+             near 1.
 fleet        PostgreSQL: 8 worker processes append a fixed count each to 64 shared sessions,
              each from its own (often stale) idea of a session's last seq; a lost race is a
              ConcurrentUpdateError and the worker retries at the seq it reports. Afterwards
@@ -26,13 +33,15 @@ fleet        PostgreSQL: 8 worker processes append a fixed count each to 64 shar
 Run::
 
     uv run python bench/bench_store.py
-    uv run python bench/bench_store.py --messages 500 --fleet-count 100 --no-postgres
+    uv run python bench/bench_store.py --messages 500 --fleet-count 100 --no-postgres \
+        --foreign-records 100000
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import importlib.util
 import json
 import os
@@ -42,7 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -174,11 +183,13 @@ async def first_view_seconds(
     path = url.removeprefix("sqlite:///")
     with sqlite3.connect(path) as raw:
         raw.execute(
-            "INSERT INTO cf_sessions SELECT 'resume-old', last_seq, generation"
+            "INSERT INTO cf_sessions (session_id, last_seq, generation, history_sha256)"
+            " SELECT 'resume-old', last_seq, generation, history_sha256"
             " FROM cf_sessions WHERE session_id = 'resume-view'"
         )
         raw.execute(
-            "INSERT INTO cf_messages SELECT 'resume-old', seq, message_json, cost, NULL"
+            "INSERT INTO cf_messages (session_id, seq, message_json, cost, info_json,"
+            " cost_counter) SELECT 'resume-old', seq, message_json, cost, NULL, cost_counter"
             " FROM cf_messages WHERE session_id = 'resume-view'"
         )
         raw.execute(
@@ -215,6 +226,115 @@ async def readmission_seconds(messages: list[dict[str, object]]) -> float:
     for message in messages:
         await context.add_message(dict(message))
     return time.perf_counter() - started
+
+
+FOREIGN_LADDER = [
+    "strip_thinking",
+    "truncate_tool_results",
+    {"name": "summarize", "max_input_tokens": 8_000, "max_output_tokens": 400},
+    "drop_oldest",
+]
+
+
+def foreign_rows(count: int) -> Iterator[tuple[str, str, str]]:
+    """``count`` summary records of 1,000 other sessions, as the store writes them, in the
+    order of their keys (the unique index then grows at its end: minutes become seconds)."""
+    keys = sorted(hashlib.sha256(n.to_bytes(8, "big")).hexdigest() for n in range(count))
+    for n, key in enumerate(keys):
+        session = f"foreign-{n % 1000}"
+        record = (
+            f'{{"schema_version":1,"text":"summary {n}","history_ids":[1,2],'
+            f'"message_count":2,"covered_hash":"{key}","previous_hash":null,'
+            f'"summarizer":"scripted","prompt_id":"p","prompt_version":1,"tokens":3,'
+            f'"session_id":"{session}","created_at":"2026-01-01T00:00:00+00:00"}}'
+        )
+        yield key, session, record
+
+
+async def first_compacting_request(url: str, seed: int) -> float:
+    """CPU seconds (every thread of the process: the SQLite calls run on the store's own) to
+    the first view of a new session that compacts and summarizes. CPU time, not wall time:
+    the request waits for a few fsyncs (the records and the state it writes), which on a
+    shared disk vary tenfold from one to the next and would drown the work compared here.
+    Each ``seed`` makes another conversation of the same shape and size (nothing cached from
+    one helps the next)."""
+    from contextfold import ContextFold
+    from contextfold.summaries import scripted_summarizer
+
+    context = ContextFold(
+        store=url,
+        session_id=f"mine-{seed}",
+        strategies=FOREIGN_LADDER,
+        summarizer=scripted_summarizer(),
+        token_counter="heuristic",
+    )
+    messages: list[dict[str, object]] = [
+        {"role": "system", "content": "You are a careful agent."},
+        {"role": "user", "content": f"Task {seed}: read every file."},
+    ]
+    for n in range(60):
+        call = f"call_{seed}_{n}"
+        messages.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"id": call, "tool": "read", "arguments": {"n": n}}],
+            }
+        )
+        result = json.loads(agent_turn(2 * n + 1))["content"].replace("module_", f"m{seed}_")
+        messages.append({"role": "tool", "tool_call_id": call, "content": result})
+    await context.set_messages(messages)
+    started = time.process_time()
+    await context.get_messages_for_request(token_budget=8_000)
+    elapsed = time.process_time() - started
+    report = context.last_report
+    if report is None or not report.compacted or not context.summary_stats.calls:
+        raise SystemExit("the first request did not compact with a summary")
+    return elapsed
+
+
+async def bench_foreign(workdir: Path, count: int, repeats: int) -> dict[str, object]:
+    import sqlite3
+
+    from contextfold.store import SqliteStore
+
+    urls = {}
+    for name in ("clean", "crowded"):
+        path = workdir / f"{name}.db"
+        store = SqliteStore(path)
+        await store.open()  # the schema
+        await store.close()
+        urls[name] = f"sqlite:///{path}"
+    crowded = workdir / "crowded.db"
+    started = time.perf_counter()
+    with sqlite3.connect(crowded) as raw:
+        raw.execute("PRAGMA cache_size = -262144")  # 256 MB: the indexes stay in memory
+        raw.executemany(
+            "INSERT INTO cf_summaries (covered_hash, session_id, record_json) VALUES (?, ?, ?)",
+            foreign_rows(count),
+        )
+        # One unreadable record of another session: a scan would fail on it.
+        raw.execute(
+            "INSERT INTO cf_summaries (covered_hash, session_id, record_json)"
+            ' VALUES (?, \'foreign-damaged\', \'{"schema_version": 1, "text": "cut\')',
+            ("f" * 64,),
+        )
+    filled = time.perf_counter() - started
+    best = {"clean": float("inf"), "crowded": float("inf")}
+    seeds = iter(range(1_000_000))
+    for url in urls.values():  # warm up: imports, the tokenizer
+        await first_compacting_request(url, next(seeds))
+    for turn in range(repeats):
+        for name in sorted(urls, reverse=turn % 2 == 1):  # each store first half the time
+            best[name] = min(best[name], await first_compacting_request(urls[name], next(seeds)))
+    return {
+        "records": count,
+        "fill_s": filled,
+        "clean_s": best["clean"],
+        "crowded_s": best["crowded"],
+        "ratio": best["crowded"] / best["clean"],
+        "repeats": repeats,
+    }
 
 
 def fleet_worker(url: str, worker: int, count: int, seed: int) -> None:
@@ -306,6 +426,12 @@ def main() -> None:
     parser.add_argument(
         "--repeats", type=int, default=5, help="first-view runs per kind (the best is kept)"
     )
+    parser.add_argument(
+        "--foreign-records",
+        type=int,
+        default=1_000_000,
+        help="other sessions' summary records in the crowded store",
+    )
     parser.add_argument("--fleet-workers", type=int, default=8)
     parser.add_argument("--fleet-count", type=int, default=500, help="appends per worker")
     parser.add_argument("--no-postgres", action="store_true", help="SQLite and memory only")
@@ -334,6 +460,7 @@ def main() -> None:
         resume = asyncio.run(
             bench_resume(f"sqlite:///{workdir}/resume.db", args.resume_size, args.repeats)
         )
+        foreign = asyncio.run(bench_foreign(workdir, args.foreign_records, 2 * args.repeats))
         fleet = None
         if server is not None:
             fleet = bench_fleet(
@@ -395,6 +522,12 @@ def main() -> None:
         )
     )
     print(f"\nresume / re-admission = {resume['first_view_ratio']:.1%} (goal under 10%)")
+    print(
+        f"\nFirst compacting request (summarize ladder, CPU time, best of {foreign['repeats']}): "
+        f"{foreign['clean_s']:.3f} s in a store without other sessions' summary records, "
+        f"{foreign['crowded_s']:.3f} s beside {foreign['records']:,} of them (one unreadable); "
+        f"crowded / clean = {foreign['ratio']:.2f} (writing them took {foreign['fill_s']:.1f} s)."
+    )
     if fleet is not None:
         print(
             f"\nFleet on PostgreSQL: {fleet['workers']} processes, {fleet['sessions']} sessions, "
@@ -405,7 +538,10 @@ def main() -> None:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(
-            json.dumps({"appends": appends, "resume": resume, "fleet": fleet}, indent=2)
+            json.dumps(
+                {"appends": appends, "resume": resume, "foreign": foreign, "fleet": fleet},
+                indent=2,
+            )
         )
     if fleet is not None and (fleet["lost"] or fleet["duplicated"] or fleet["sessions_with_gaps"]):
         raise SystemExit("the fleet lost or duplicated messages")

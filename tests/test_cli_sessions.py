@@ -398,7 +398,8 @@ def test_inspecting_a_store_a_killed_writer_left_never_checkpoints_its_log(
 
     async def one_more() -> None:
         store = SqliteStore(live / "agent.db")
-        await store.append("agent-1", 42, json.dumps(human("and one more")), 5)
+        last = (await store.open_session("agent-1")).last_seq
+        await store.append("agent-1", last, json.dumps(human("and one more")), 5)
         await store.close()  # not the last connection: the message stays in the log
 
     asyncio.run(one_more())

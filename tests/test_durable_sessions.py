@@ -434,27 +434,37 @@ def facts(history: Any) -> Any:
 @given(
     messages=st.one_of(conversations(), faulty_conversations()),
     dropped=st.lists(st.booleans(), max_size=80),
+    foreign=st.lists(st.sampled_from([None, "ours", "another"]), max_size=80),
 )
 def test_a_restored_history_is_the_admitted_one_whatever_the_conversation(
-    messages: list[dict[str, Any]], dropped: list[bool]
+    messages: list[dict[str, Any]], dropped: list[bool], foreign: list[str | None]
 ) -> None:
     """Restoring takes shortcuts for the common shapes (History.restore): on random
-    conversations, faulty ones included, and with some classifications missing (inspected
-    instead), it must rebuild exactly the history admission built."""
+    conversations, faulty ones included, with some classifications missing (inspected
+    instead) and some costs made by another counter or an unknown one (counted again, the
+    stored figure being wrong), it must rebuild exactly the history admission built."""
     from contextfold.history import History
     from contextfold.messages import canonical_json, info_to_json
-    from contextfold.store import StoredMessage
+    from contextfold.store import StoredMessage, StoredSession
     from contextfold.store.link import _rebuild
+    from contextfold.tokens import cost_identity
 
+    ours = cost_identity(HeuristicCounter())
     admitted = history_of(messages + VARIED)
-    rows = [
-        StoredMessage(
-            n + 1,
-            canonical_json(entry.message),
-            entry.cost,
-            None if n < len(dropped) and dropped[n] else info_to_json(entry.inspected),
+    rows = []
+    for n, entry in enumerate(admitted.entries):
+        made_by = foreign[n] if n < len(foreign) else "ours"
+        rows.append(
+            StoredMessage(
+                n + 1,
+                canonical_json(entry.message),
+                entry.cost if made_by == "ours" else entry.cost * 3 + 7,
+                None if n < len(dropped) and dropped[n] else info_to_json(entry.inspected),
+                ours if made_by == "ours" else made_by,
+            )
         )
-        for n, entry in enumerate(admitted.entries)
-    ]
-    restored = _rebuild(rows, History(HeuristicCounter(), 1024))
+    stored = StoredSession("s", len(rows), 0, tuple(rows), None, None, None)
+    restored = History(HeuristicCounter(), 1024)
+    recounted = _rebuild(stored, restored, ours)
     assert facts(restored) == facts(admitted)
+    assert recounted == sum(row.cost_counter != ours for row in rows)

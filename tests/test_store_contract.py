@@ -15,13 +15,16 @@ from pathlib import Path
 import pytest
 
 from contextfold.store import (
+    HISTORY_GENESIS,
     ConcurrentUpdateError,
     MemoryStore,
     SessionStore,
     SqliteStore,
     StoreError,
     append_at_end,
+    history_digest,
     open_store,
+    state_describes,
 )
 from contextfold.summaries import SummaryRecord, SummaryStore, covered_hash
 from store_support import PostgresServer, start_or_skip
@@ -107,8 +110,9 @@ async def test_a_classification_is_kept_beside_its_message_as_given(store: Sessi
     assert [row.info_json for row in rows] == [form, None, "[2]"]
     last = await store.append_many("s", 3, [(message("x"), 2, form), (message("y"), 3)])
     rows = (await store.open_session("s")).messages
-    assert [(row.seq, row.cost, row.info_json) for row in rows] == [(4, 2, form), (5, 3, None)]
-    assert last == 5
+    # Seq 4 is the replacement's own (the fence every older writer conflicts on).
+    assert [(row.seq, row.cost, row.info_json) for row in rows] == [(5, 2, form), (6, 3, None)]
+    assert last == 6
 
 
 @pytest.mark.parametrize(
@@ -123,7 +127,7 @@ async def test_a_bad_classification_is_refused_before_anything_is_written(
     with pytest.raises(StoreError, match=complaint):
         await store.append_many("s", 0, [(message("a"), 1, info)])  # type: ignore[list-item]
     with pytest.raises(StoreError, match="tuples"):
-        await store.append_many("s", 0, [(message("a"), 1, None, "extra")])  # type: ignore[list-item]
+        await store.append_many("s", 0, [(message("a"), 1, None, "c", "extra")])  # type: ignore[list-item]
     assert await store.list_sessions() == []
 
 
@@ -213,11 +217,11 @@ async def test_append_many_replaces_the_session_and_seqs_never_go_back(
     await store.save_state("s", 3, {"pass": 1})
     await store.save_calibration("s", {"gpt": 1.1})
     new_last = await store.append_many("s", 3, [(message("x"), 2), (message("y"), 4)])
-    assert new_last == 5
+    assert new_last == 6  # seq 4 is the replacement's own, the messages follow it
     loaded = await store.open_session("s")
     assert [(m.seq, m.message["content"], m.cost) for m in loaded.messages] == [
-        (4, "x", 2),
-        (5, "y", 4),
+        (5, "x", 2),
+        (6, "y", 4),
     ]
     assert loaded.generation == 1
     assert loaded.state is None  # it described messages that are gone
@@ -226,9 +230,9 @@ async def test_append_many_replaces_the_session_and_seqs_never_go_back(
         await store.append("s", 3, message("stale"), 1)
     with pytest.raises(ConcurrentUpdateError):
         await store.append_many("s", 3, [(message("stale"), 1)])
-    assert await store.append_many("s", 5, []) == 5
+    assert await store.append_many("s", 6, []) == 7  # a clear moves the seq too
     assert (await store.open_session("s")).generation == 2
-    assert await store.append_many("other", 0, [(message("z"), 1)]) == 1
+    assert await store.append_many("other", 0, [(message("z"), 1)]) == 2
 
 
 async def test_documents_round_trip_and_are_copies(store: SessionStore) -> None:
@@ -321,7 +325,7 @@ async def test_list_and_delete_sessions(store: SessionStore) -> None:
         (i.session_id, i.last_seq, i.generation, i.message_count)
         for i in await store.list_sessions()
     ]
-    assert listed == [("a", 1, 0, 1), ("b", 2, 0, 2), ("c", 1, 1, 1)]
+    assert listed == [("a", 1, 0, 1), ("b", 2, 0, 2), ("c", 2, 1, 1)]
     assert await store.delete_session("a") is True
     assert await store.delete_session("a") is False
     gone = await store.open_session("a")
@@ -358,3 +362,59 @@ async def test_a_closed_store_refuses_work(store: SessionStore) -> None:
     await store.close()
     with pytest.raises(StoreError, match="closed"):
         await store.open()
+
+
+async def test_costs_name_their_counter_and_come_back_with_it(store: SessionStore) -> None:
+    await store.append("s", 0, message("a"), 3, cost_counter="heuristic;rules=1")
+    await store.append("s", 1, message("b"), 4)  # unknown: a reader counts it again
+    rows = (await store.open_session("s")).messages
+    assert [(r.cost, r.cost_counter) for r in rows] == [(3, "heuristic;rules=1"), (4, None)]
+    await store.append_many("s", 2, [(message("x"), 5, None, "exact:o200k_base;rules=1")])
+    rows = (await store.open_session("s")).messages
+    assert [(r.cost, r.cost_counter) for r in rows] == [(5, "exact:o200k_base;rules=1")]
+    for bad in ("", 7, "x" * 201):
+        with pytest.raises(StoreError, match="cost_counter"):
+            await store.append("s", 4, message("c"), 1, cost_counter=bad)  # type: ignore[arg-type]
+        with pytest.raises(StoreError, match="cost_counter"):
+            await store.append_many("s", 4, [(message("c"), 1, None, bad)])  # type: ignore[list-item]
+    assert (await store.open_session("s")).last_seq == 4
+
+
+async def test_the_history_digest_follows_every_append_and_replacement(
+    store: SessionStore,
+) -> None:
+    assert (await store.open_session("s")).history_sha256 is None  # no session yet
+    texts = [message(f"m{n}") for n in range(3)]
+    for seq, text in enumerate(texts):
+        await store.append("s", seq, text, 1)
+        assert (await store.open_session("s")).history_sha256 == history_digest(texts[: seq + 1])
+    await append_at_end(store, "s", message("late"), 1)
+    assert (await store.open_session("s")).history_sha256 == history_digest(
+        [*texts, message("late")]
+    )
+    await store.append_many("s", 4, [(texts[0], 1)])
+    assert (await store.open_session("s")).history_sha256 == history_digest(texts[:1])
+    await store.append_many("s", 6, [])
+    assert (await store.open_session("s")).history_sha256 == HISTORY_GENESIS
+
+
+async def test_a_state_is_saved_only_for_the_history_the_store_holds(store: SessionStore) -> None:
+    texts = [message(f"m{n}") for n in range(3)]
+    for seq, text in enumerate(texts):
+        await store.append("s", seq, text, 1)
+    with pytest.raises(ConcurrentUpdateError) as stale:  # a writer that missed the third
+        await store.save_state("s", 2, {"at": 2}, history_sha256=history_digest(texts[:2]))
+    assert (stale.value.expected_seq, stale.value.actual_seq) == (2, 3)
+    with pytest.raises(ConcurrentUpdateError, match="another history"):
+        await store.save_state("s", 3, {"at": 3}, history_sha256=history_digest(texts[::-1]))
+    with pytest.raises(StoreError, match="64 lowercase hex"):
+        await store.save_state("s", 3, {"at": 3}, history_sha256="ABC")
+    assert (await store.open_session("s")).state is None  # nothing was written
+    await store.save_state("s", 3, {"at": 3}, history_sha256=history_digest(texts))
+    session = await store.open_session("s")
+    assert session.state is not None and session.state.history_sha256 == history_digest(texts)
+    assert state_describes(session)
+    await store.append("s", 3, message("after"), 1)  # a state holds while history grows
+    assert state_describes(await store.open_session("s"))
+    await store.append_many("s", 4, [(texts[0], 1)])  # and is dropped by a replacement
+    assert (await store.open_session("s")).state is None

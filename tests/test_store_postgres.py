@@ -349,11 +349,12 @@ async def test_opening_to_read_never_migrates_an_older_store(server: PostgresSer
     assert await contents(url) == before
 
 
-async def test_opening_to_read_reads_a_current_store_of_the_old_layout_where_it_is(
+async def test_opening_to_read_an_older_store_of_the_old_layout_is_refused_untouched(
     server: PostgresServer,
 ) -> None:
     """A version 3 store an earlier contextfold wrote in ``public`` (its version in
-    schema_version): read in place, nothing moved."""
+    schema_version) needs a migration (version 4 names each cost's counter), which opening to
+    read never does: a clear error, and nothing moved or written."""
     url = server.fresh_database("old_layout_read")
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as raw:
         for statement in (
@@ -373,8 +374,6 @@ async def test_opening_to_read_reads_a_current_store_of_the_old_layout_where_it_
         ):
             await raw.execute(statement)
     before = await contents(url)
-    reader = await open_store(url, read_only=True)
-    loaded = await reader.open_session("old")
-    assert [(m.message["content"], m.cost) for m in loaded.messages] == [("hi", 3)]
-    await reader.close()
+    with pytest.raises(StoreSchemaError, match="open it once read-write"):
+        await open_store(url, read_only=True)
     assert await contents(url) == before

@@ -156,7 +156,10 @@ async def test_a_version_2_store_migrates_forward_and_resumes_by_inspecting(
         )
         raw.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         raw.execute("ATTACH DATABASE ? AS current", (str(current),))
-        raw.execute("INSERT INTO cf_sessions SELECT * FROM current.cf_sessions")
+        raw.execute(
+            "INSERT INTO cf_sessions SELECT session_id, last_seq, generation"
+            " FROM current.cf_sessions"
+        )
         raw.execute(
             "INSERT INTO cf_messages SELECT session_id, seq, message_json, cost"
             " FROM current.cf_messages"

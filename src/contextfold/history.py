@@ -162,23 +162,26 @@ class History:
         index: int | None = None,
         cost: int | None = None,
         info: MessageInfo | None = None,
+        restored: bool = False,
     ) -> Admission:
         """Validate, cap and count ``message`` against this history without changing it.
 
-        ``cost`` is given for a message restored from a durable store: it was admitted (a
-        private plain-JSON copy, capped) and counted before, so neither is done again.
-        ``info``, with it, is the classification stored beside the cost (what
-        `inspect_message` said of this very message), so it is not inspected again either.
+        ``restored`` (implied by a ``cost``) is for a message read back from a durable store:
+        it was admitted (a private plain-JSON copy, capped) before, so that is not done
+        again, and its ``cost`` is counted only when not given (the store's was made by
+        another counter). ``info``, with it, is the classification stored beside the cost
+        (what `inspect_message` said of this very message), so it is not inspected again.
         """
         position = len(self.entries) if index is None else index
         clips: list[IngressClip] = []
-        common = admit_common_shape(message, self.max_tool_result_bytes) if cost is None else None
+        restored = restored or cost is not None
+        common = None if restored else admit_common_shape(message, self.max_tool_result_bytes)
         if common is not None:
             # One of the shapes nearly every message has: validated, copied and classified
             # in one look, exactly as the general path below would.
             capped, info = common
             inspected = info
-        elif cost is None:
+        elif not restored:
             message = to_plain(message)
             info = inspect_message(message, index=position)
             # A private deep copy made of plain JSON types: later edits to the caller's dict
@@ -308,10 +311,10 @@ class History:
         self.repairs.extend(repairs)
         return Appended(entry, delta, reordered, repairs)
 
-    def restore(self, message: dict[str, Any], cost: int, info: MessageInfo | None) -> None:
-        """Append a message read back from a durable store, at its stored cost and
-        classification (None: inspect it): exactly ``append(prepare(message, cost=cost,
-        info=info))``.
+    def restore(self, message: dict[str, Any], cost: int | None, info: MessageInfo | None) -> None:
+        """Append a message read back from a durable store, at its stored cost (None: count
+        it, the store's was made by another counter) and classification (None: inspect it):
+        exactly ``append(prepare(message, cost=cost, info=info, restored=True))``.
 
         A resume restores every message of a session, so the shapes nearly every message
         has are done here directly, without the admission records: a message outside any
@@ -320,13 +323,14 @@ class History:
         Anything else (a fault inside a group, a reused id, history-only rows) takes the
         general path.
         """
-        if (
-            info is None
+        general = (
+            cost is None
+            or info is None
             or info.reference_only
             or info.ill_formed  # its view is not the message itself
-            or (info.call_ids and info.result_ids)
-        ):
-            self.append(self.prepare(message, cost=cost, info=info))
+        )
+        if general or (info.call_ids and info.result_ids):
+            self.append(self.prepare(message, cost=cost, info=info, restored=True))
             return
         index = len(self.entries)
         units = self.units
@@ -362,7 +366,7 @@ class History:
                 units.append(Unit([index], calls=calls, pending=list(calls)))
                 self.issued.update(calls)
             else:
-                self.append(self.prepare(message, cost=cost, info=info))
+                self.append(self.prepare(message, cost=cost, info=info, restored=True))
                 return
         else:
             group = units[open_index]
@@ -375,7 +379,7 @@ class History:
                 and len(set(results)) == len(results)
                 and all(call_id in pending for call_id in results)
             ):
-                self.append(self.prepare(message, cost=cost, info=info))
+                self.append(self.prepare(message, cost=cost, info=info, restored=True))
                 return
             # Results of calls of the group at the end of history: they join the group.
             view = request_form({**message, "content": ""} if empty else message)

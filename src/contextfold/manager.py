@@ -75,6 +75,7 @@ from .summaries import (
     SummaryStore,
     covered_hash,
 )
+from .summaries.adoption import stored_chain
 from .tokens import CalibratedCounter, TokenCounter, build_counter
 from .views import detached
 
@@ -230,9 +231,12 @@ class ContextFold:
                     await self._loaded()
                 admission = self._history.prepare(message)
                 if self._link is not None:
-                    # Durable before it is acknowledged; a lost race raises, history unchanged.
-                    await self._link.append(admission)
-                appended = self._admitted(admission)
+                    # Durable before it is acknowledged, and in history exactly when stored
+                    # (even when cancelled); a lost race raises, history unchanged.
+                    admitted = partial(self._admitted, admission)
+                    appended = await self._link.append(admission, admitted)
+                else:
+                    appended = self._admitted(admission)
         if admission.clips or appended.repairs:  # nearly every admission has nothing to report
             await self._emit_admission(admission.clips, appended.repairs)
 
@@ -432,8 +436,9 @@ class ContextFold:
         async with self._lock:
             await self._loaded()
             if self._link is not None:
-                await self._link.replace(fresh)
-            self._reset_history(fresh)
+                await self._link.replace(fresh, partial(self._reset_history, fresh))
+            else:
+                self._reset_history(fresh)
         await self._emit_admission(clips, fresh.repairs)
 
     async def recall(
@@ -453,8 +458,9 @@ class ContextFold:
             await self._loaded()
             empty = History(self.counter, self.config.max_tool_result_bytes)
             if self._link is not None:
-                await self._link.replace(empty)
-            self._reset_history(empty)
+                await self._link.replace(empty, partial(self._reset_history, empty))
+            else:
+                self._reset_history(empty)
 
     # -- the meter -----------------------------------------------------------------------
 
@@ -804,7 +810,7 @@ class ContextFold:
         if loaded.state is not None:
             try:
                 restored = fold_snapshot.restore(loaded.state, loaded.history.units)
-            except (KeyError, TypeError, ValueError):
+            except (AttributeError, KeyError, TypeError, ValueError):
                 logger.warning("context-fold: stored compaction state unreadable; planning afresh")
             else:
                 self._commit_restored(*restored)
@@ -837,7 +843,6 @@ class ContextFold:
         link = self._link
         assert link is not None
         if self._state_dirty:
-            self._state_dirty = False
             await link.save_state(
                 fold_snapshot.snapshot(
                     self._state,
@@ -846,12 +851,11 @@ class ContextFold:
                     missed_target_at=self._missed_target_at,
                 )
             )
-        budget = self._last_persisted_budget
-        if self.last_report is not None and (self.last_report.budget, self._refit_cap) != budget:
-            self._last_persisted_budget = (self.last_report.budget, self._refit_cap)
-            await link.save_budget(
-                {"effective_budget": self.last_report.budget, "refit_cap": self._refit_cap}
-            )
+            self._state_dirty = False  # only once saved: a failed save is tried again
+        budget = (self.last_report.budget, self._refit_cap) if self.last_report else None
+        if budget is not None and budget != self._last_persisted_budget:
+            await link.save_budget({"effective_budget": budget[0], "refit_cap": budget[1]})
+            self._last_persisted_budget = budget
 
     async def _adopted_summaries(self, base: FoldState, store: SummaryStore) -> FoldState | None:
         """A resumed history (or another worker's) takes up the summary its records already
@@ -860,31 +864,16 @@ class ContextFold:
         them, with no summarizer call; turns the original run dropped stay until a pass
         decides about them. Returns the state to plan from, or None (nothing to take up)."""
         history = self._history
-        records = await store.records()
-        successors: dict[str | None, list[Any]] = {}
-        for record in records:
-            successors.setdefault(record.previous_hash, []).append(record)
-        chain = None
-        links = 0
-        while True:
-            done = len(chain.history_ids) if chain is not None else 0
-            follow = None
-            for record in successors.get(chain.covered_hash if chain else None, []):
-                new_ids = record.history_ids[done:]
-                if (
-                    not new_ids
-                    or max(new_ids) >= len(history)
-                    or record.history_ids[:done] != (chain.history_ids if chain else ())
-                ):
-                    continue
-                messages = [history.entries[i].message for i in new_ids]
-                if covered_hash(messages, previous=chain) == record.covered_hash and (
-                    follow is None or len(record.history_ids) > len(follow.history_ids)
-                ):
-                    follow = record
-            if follow is None:
-                break
-            chain, links = follow, links + 1
+        assert self._summarize_rung is not None
+        blocks = summary_blocks(history, self._summarize_rung.span_budget)[:-1]
+        # Looked up by key (this session's records, each block's hash), never by reading
+        # every record of a store other sessions share.
+        chain, links = await stored_chain(
+            store,
+            [entry.message for entry in history.entries],
+            session_id=self._link.session_id if self._link is not None else None,
+            blocks=[[i for u in block for i in history.units[u].entries] for block in blocks],
+        )
         if chain is not None and self._folder is not None and not self._folder.fits(chain):
             chain = None  # made for a larger summary size: it would crowd out the turns
         units = {history.entries[i].unit for i in chain.history_ids} if chain else set()

@@ -2,7 +2,8 @@
 
 - :mod:`~contextfold.store.base`: :class:`SessionStore`, the stored shapes, the errors
   (:class:`StoreError`, :class:`ConcurrentUpdateError`, :class:`StoreSchemaError`) and
-  :func:`append_at_end` (reload-and-retry for independent appends).
+  :func:`append_at_end` (reload-and-retry for independent appends), and the history digest
+  (:func:`history_digest`, :func:`state_describes`) a saved state is checked against.
 - :mod:`~contextfold.store.memory`: :class:`MemoryStore`, the default.
 - :mod:`~contextfold.store.sqlite`: :class:`SqliteStore`, one file, WAL + synchronous=FULL;
   :mod:`~contextfold.store.sqlite_open` recognises the file as contextfold's before anything
@@ -20,6 +21,7 @@ Every store is also a :class:`contextfold.summaries.SummaryStore`.
 from __future__ import annotations
 
 from contextfold.store.base import (
+    HISTORY_GENESIS,
     ConcurrentUpdateError,
     SessionInfo,
     SessionStore,
@@ -29,6 +31,8 @@ from contextfold.store.base import (
     StoreError,
     StoreSchemaError,
     append_at_end,
+    history_digest,
+    state_describes,
 )
 from contextfold.store.memory import MemoryStore
 from contextfold.store.schema import SCHEMA_VERSION
@@ -36,6 +40,7 @@ from contextfold.store.sqlite import SqliteStore
 from contextfold.store.urls import open_store, store_from_url
 
 __all__ = [
+    "HISTORY_GENESIS",
     "SCHEMA_VERSION",
     "ConcurrentUpdateError",
     "MemoryStore",
@@ -48,6 +53,8 @@ __all__ = [
     "StoredSession",
     "StoredState",
     "append_at_end",
+    "history_digest",
     "open_store",
+    "state_describes",
     "store_from_url",
 ]

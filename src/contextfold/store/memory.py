@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contextfold.store.base import (
+    HISTORY_GENESIS,
     ConcurrentUpdateError,
     Row,
     SessionInfo,
@@ -22,6 +23,8 @@ from contextfold.store.base import (
     StoredState,
     StoreError,
     check_cost,
+    check_cost_counter,
+    check_digest,
     check_document,
     check_info_json,
     check_message_json,
@@ -29,6 +32,8 @@ from contextfold.store.base import (
     check_rows,
     check_seq,
     check_session_id,
+    extend_history_digest,
+    history_digest,
 )
 from contextfold.summaries.records import SummaryRecord
 from contextfold.summaries.store import InMemorySummaryStore
@@ -44,6 +49,7 @@ class _Session:
     state: StoredState | None = None
     calibration: dict[str, Any] | None = None
     budget: dict[str, Any] | None = None
+    history_sha256: str = HISTORY_GENESIS
 
 
 class MemoryStore:
@@ -67,7 +73,9 @@ class MemoryStore:
     async def open_session(self, session_id: str) -> StoredSession:
         self._check_open()
         check_session_id(session_id)
-        session = self._sessions.get(session_id) or _Session()
+        session = self._sessions.get(session_id)
+        digest = session.history_sha256 if session is not None else None
+        session = session or _Session()
         return StoredSession(
             session_id=session_id,
             last_seq=session.last_seq,
@@ -76,6 +84,7 @@ class MemoryStore:
             state=session.state,
             calibration=_copy(session.calibration),
             budget=_copy(session.budget),
+            history_sha256=digest,
         )
 
     def _writable(self, session_id: str, expected_seq: int) -> _Session:
@@ -95,27 +104,33 @@ class MemoryStore:
         message_json: str,
         cost: int,
         info_json: str | None = None,
+        *,
+        cost_counter: str | None = None,
     ) -> int:
         check_message_json(message_json)
         check_cost(cost)
         check_info_json(info_json)
+        check_cost_counter(cost_counter)
         session = self._writable(session_id, expected_seq)
         seq = expected_seq + 1
-        session.messages.append(StoredMessage(seq, message_json, cost, info_json))
+        session.messages.append(StoredMessage(seq, message_json, cost, info_json, cost_counter))
         session.last_seq = seq
+        session.history_sha256 = extend_history_digest(session.history_sha256, message_json)
         self._sessions[session_id] = session
         return seq
 
     async def append_many(self, session_id: str, expected_seq: int, messages: Sequence[Row]) -> int:
         rows = check_rows(messages)
         session = self._writable(session_id, expected_seq)
+        fence = expected_seq + 1  # the replacement's own seq: every older writer conflicts
         session.messages = [
-            StoredMessage(expected_seq + offset, text, cost, info)
-            for offset, (text, cost, info) in enumerate(rows, start=1)
+            StoredMessage(fence + offset, text, cost, info, counter)
+            for offset, (text, cost, info, counter) in enumerate(rows, start=1)
         ]
-        session.last_seq = expected_seq + len(rows)
+        session.last_seq = fence + len(rows)
         session.generation += 1
         session.state = None
+        session.history_sha256 = history_digest(row[0] for row in rows)
         self._sessions[session_id] = session
         return session.last_seq
 
@@ -127,18 +142,28 @@ class MemoryStore:
             raise StoreError(f"session {session_id!r} does not exist: append a message first")
         return session
 
-    async def save_state(self, session_id: str, seq: int, snapshot: Mapping[str, Any]) -> None:
+    async def save_state(
+        self,
+        session_id: str,
+        seq: int,
+        snapshot: Mapping[str, Any],
+        *,
+        history_sha256: str | None = None,
+    ) -> None:
         check_seq(seq, "seq")
         check_document(snapshot, "state snapshot")
+        check_digest(history_sha256)
         session = self._existing(session_id)
         if seq > session.last_seq:
             raise StoreError(
                 f"state for seq {seq} of session {session_id!r}, whose last seq is "
                 f"{session.last_seq}: save the messages first"
             )
-        if session.state is not None and session.state.seq > seq:
-            raise ConcurrentUpdateError(session_id, seq, session.state.seq)
-        session.state = StoredState(seq, _copy(dict(snapshot)) or {})
+        if seq < session.last_seq:
+            raise ConcurrentUpdateError(session_id, seq, session.last_seq)
+        if history_sha256 not in (None, session.history_sha256):
+            raise ConcurrentUpdateError(session_id, seq, seq, other_history=True)
+        session.state = StoredState(seq, _copy(dict(snapshot)) or {}, session.history_sha256)
 
     async def save_calibration(self, session_id: str, calibration: Mapping[str, Any]) -> None:
         check_document(calibration, "calibration")

@@ -26,6 +26,7 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from contextfold.store.base import (
+    HISTORY_GENESIS,
     ConcurrentUpdateError,
     Row,
     SessionInfo,
@@ -34,6 +35,8 @@ from contextfold.store.base import (
     StoreError,
     assemble_session,
     check_cost,
+    check_cost_counter,
+    check_digest,
     check_document,
     check_info_json,
     check_message_json,
@@ -41,6 +44,7 @@ from contextfold.store.base import (
     check_rows,
     check_seq,
     check_session_id,
+    history_digest,
     read_record,
     record_json,
     wrap_document,
@@ -53,9 +57,15 @@ from contextfold.summaries.records import SummaryRecord
 __all__ = ["PostgresStore"]
 
 _INSERT_MESSAGE = (
-    "INSERT INTO cf_messages (session_id, seq, message_json, cost, info_json)"
-    " VALUES (%s, %s, %s, %s, %s)"
+    "INSERT INTO cf_messages (session_id, seq, message_json, cost, info_json, cost_counter)"
+    " VALUES (%s, %s, %s, %s, %s, %s)"
 )
+# The history digest after one append, computed by the server as
+# contextfold.store.base.extend_history_digest computes it: SHA-256 over the previous
+# digest's bytes and the message's UTF-8 bytes (sent as bytea, so the server's encoding
+# cannot change them). A NULL digest (a session last written before digests were kept)
+# stays NULL until a state save computes it.
+_EXTEND_DIGEST = "encode(sha256(decode(history_sha256, 'hex') || %s::bytea), 'hex')"
 
 
 class PostgresStore:
@@ -183,13 +193,14 @@ class PostgresStore:
                 await connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 head = await (
                     await connection.execute(
-                        "SELECT last_seq, generation FROM cf_sessions WHERE session_id = %s",
+                        "SELECT last_seq, generation, history_sha256 FROM cf_sessions"
+                        " WHERE session_id = %s",
                         (session_id,),
                     )
                 ).fetchone()
                 rows = await (
                     await connection.execute(
-                        "SELECT seq, message_json, cost, info_json FROM cf_messages"
+                        "SELECT seq, message_json, cost, info_json, cost_counter FROM cf_messages"
                         " WHERE session_id = %s ORDER BY seq",
                         (session_id,),
                     )
@@ -202,12 +213,10 @@ class PostgresStore:
                 ).fetchall()
         except psycopg.Error as error:
             raise self._explain(error) from None
-        last_seq, generation = head if head is not None else (0, 0)
         messages = tuple(map(StoredMessage._make, rows))
         return assemble_session(
             session_id,
-            last_seq,
-            generation,
+            head,
             messages,
             {kind: (seq, body) for kind, seq, body in documents},
         )
@@ -219,19 +228,25 @@ class PostgresStore:
         message_json: str,
         cost: int,
         info_json: str | None = None,
+        *,
+        cost_counter: str | None = None,
     ) -> int:
         check_session_id(session_id)
         check_seq(expected_seq)
         check_message_json(message_json)
         check_cost(cost)
         check_info_json(info_json)
+        check_cost_counter(cost_counter)
+        text = message_json.encode("utf-8", "surrogatepass")
         await self._ready()
         try:
             async with self._connection() as connection, connection.transaction():
-                await self._advance(connection, session_id, expected_seq, 1, False)
+                await self._advance(
+                    connection, session_id, expected_seq, 1, False, (_EXTEND_DIGEST, text)
+                )
                 await connection.execute(
                     _INSERT_MESSAGE,
-                    (session_id, expected_seq + 1, message_json, cost, info_json),
+                    (session_id, expected_seq + 1, message_json, cost, info_json, cost_counter),
                 )
         except psycopg.errors.UniqueViolation:
             # Unreachable while the compare-and-set holds; kept so a duplicate can never
@@ -244,14 +259,20 @@ class PostgresStore:
     async def append_many(self, session_id: str, expected_seq: int, messages: Sequence[Row]) -> int:
         check_session_id(session_id)
         check_seq(expected_seq)
+        checked = check_rows(messages)
+        fence = expected_seq + 1  # the replacement's own seq: every older writer conflicts
         rows = [
-            (session_id, expected_seq + offset, text, cost, info)
-            for offset, (text, cost, info) in enumerate(check_rows(messages), start=1)
+            (session_id, fence + offset, text, cost, info, counter)
+            for offset, (text, cost, info, counter) in enumerate(checked, start=1)
         ]
+        digest = history_digest(row[0] for row in checked)
+        last = fence + len(rows)
         await self._ready()
         try:
             async with self._connection() as connection, connection.transaction():
-                await self._advance(connection, session_id, expected_seq, len(rows), True)
+                await self._advance(
+                    connection, session_id, expected_seq, last - expected_seq, True, ("%s", digest)
+                )
                 await connection.execute(
                     "DELETE FROM cf_messages WHERE session_id = %s", (session_id,)
                 )
@@ -263,7 +284,7 @@ class PostgresStore:
                     await cursor.executemany(_INSERT_MESSAGE, rows)
         except psycopg.Error as error:
             raise self._explain(error) from None
-        return expected_seq + len(rows)
+        return last
 
     @staticmethod
     async def _advance(
@@ -272,16 +293,24 @@ class PostgresStore:
         expected_seq: int,
         count: int,
         new_generation: bool,
+        digest: tuple[str, object],
     ) -> None:
+        """Move the session from ``expected_seq`` to ``expected_seq + count`` and set its
+        history digest to ``digest`` (an SQL expression and its one parameter), or raise a
+        conflict: the compare-and-set is the UPDATE's WHERE clause."""
         if expected_seq == 0:
             await connection.execute(
-                "INSERT INTO cf_sessions VALUES (%s, 0, 0) ON CONFLICT DO NOTHING", (session_id,)
+                "INSERT INTO cf_sessions (session_id, last_seq, generation, history_sha256)"
+                " VALUES (%s, 0, 0, %s) ON CONFLICT DO NOTHING",
+                (session_id, HISTORY_GENESIS),
             )
+        expression, parameter = digest
         moved = await (
             await connection.execute(
-                "UPDATE cf_sessions SET last_seq = last_seq + %s, generation = generation + %s"
+                "UPDATE cf_sessions SET last_seq = last_seq + %s, generation = generation + %s,"
+                f" history_sha256 = {expression}"
                 " WHERE session_id = %s AND last_seq = %s RETURNING last_seq",
-                (count, 1 if new_generation else 0, session_id, expected_seq),
+                (count, 1 if new_generation else 0, parameter, session_id, expected_seq),
             )
         ).fetchone()
         if moved is None:
@@ -292,32 +321,61 @@ class PostgresStore:
             ).fetchone()
             raise ConcurrentUpdateError(session_id, expected_seq, row[0] if row else 0)
 
-    async def save_state(self, session_id: str, seq: int, snapshot: Mapping[str, Any]) -> None:
+    async def save_state(
+        self,
+        session_id: str,
+        seq: int,
+        snapshot: Mapping[str, Any],
+        *,
+        history_sha256: str | None = None,
+    ) -> None:
         check_session_id(session_id)
         check_seq(seq, "seq")
-        body = wrap_document(check_document(snapshot, "state snapshot"))
+        body = check_document(snapshot, "state snapshot")
+        check_digest(history_sha256)
         await self._ready()
         try:
             async with self._connection() as connection, connection.transaction():
-                last = await self._locked_last_seq(connection, session_id)
+                # FOR UPDATE: no append or replacement moves the session until this commits.
+                head = await (
+                    await connection.execute(
+                        "SELECT last_seq, history_sha256 FROM cf_sessions"
+                        " WHERE session_id = %s FOR UPDATE",
+                        (session_id,),
+                    )
+                ).fetchone()
+                if head is None:
+                    raise StoreError(
+                        f"session {session_id!r} does not exist: append a message first"
+                    )
+                last, digest = int(head[0]), head[1]
                 if seq > last:
                     raise StoreError(
                         f"state for seq {seq} of session {session_id!r}, whose last seq is "
                         f"{last}: save the messages first"
                     )
-                row = await (
+                if seq < last:  # the session moved on: this state describes another history
+                    raise ConcurrentUpdateError(session_id, seq, last)
+                if digest is None:  # last written before digests were kept: compute it once
+                    texts = await (
+                        await connection.execute(
+                            "SELECT message_json FROM cf_messages WHERE session_id = %s"
+                            " ORDER BY seq",
+                            (session_id,),
+                        )
+                    ).fetchall()
+                    digest = history_digest(text for (text,) in texts)
                     await connection.execute(
-                        "SELECT seq FROM cf_documents WHERE session_id = %s AND kind = 'state'",
-                        (session_id,),
+                        "UPDATE cf_sessions SET history_sha256 = %s WHERE session_id = %s",
+                        (digest, session_id),
                     )
-                ).fetchone()
-                if row is not None and row[0] > seq:
-                    raise ConcurrentUpdateError(session_id, seq, row[0])
+                if history_sha256 not in (None, digest):
+                    raise ConcurrentUpdateError(session_id, seq, seq, other_history=True)
                 await connection.execute(
                     "INSERT INTO cf_documents VALUES (%s, 'state', %s, %s)"
                     " ON CONFLICT (session_id, kind)"
                     " DO UPDATE SET seq = EXCLUDED.seq, body_json = EXCLUDED.body_json",
-                    (session_id, seq, body),
+                    (session_id, seq, wrap_document(body, digest)),
                 )
         except psycopg.Error as error:
             raise self._explain(error) from None
@@ -402,7 +460,7 @@ class PostgresStore:
                 ).fetchone()
         except psycopg.Error as error:
             raise self._explain(error) from None
-        return None if row is None else read_record(row[0])
+        return None if row is None else read_record(row[0], covered_hash)
 
     async def put_if_absent(self, record: SummaryRecord) -> SummaryRecord:
         check_record(record)
@@ -427,7 +485,7 @@ class PostgresStore:
             raise self._explain(error) from None
         if row is None:
             raise StoreError(f"summary record {record.covered_hash} vanished after its insert")
-        return record if row[0] == text else read_record(row[0])
+        return record if row[0] == text else read_record(row[0], record.covered_hash)
 
     async def records(self, session_id: str | None = None) -> list[SummaryRecord]:
         await self._ready()
@@ -435,18 +493,18 @@ class PostgresStore:
             async with self._connection() as connection:
                 if session_id is None:
                     cursor = await connection.execute(
-                        "SELECT record_json FROM cf_summaries ORDER BY position"
+                        "SELECT covered_hash, record_json FROM cf_summaries ORDER BY position"
                     )
-                else:
+                else:  # by the index on (session_id, position): other sessions' rows unread
                     cursor = await connection.execute(
-                        "SELECT record_json FROM cf_summaries WHERE session_id = %s"
+                        "SELECT covered_hash, record_json FROM cf_summaries WHERE session_id = %s"
                         " ORDER BY position",
                         (session_id,),
                     )
                 rows = await cursor.fetchall()
         except psycopg.Error as error:
             raise self._explain(error) from None
-        return [read_record(row[0]) for row in rows]
+        return [read_record(text, key) for key, text in rows]
 
     def _explain(self, error: psycopg.Error) -> StoreError:
         if isinstance(error, psycopg.errors.ReadOnlySqlTransaction) and self.read_only:

@@ -8,7 +8,12 @@ the steps after its version, in one transaction. A store newer than this code is
 History: version 1 held the sessions, the messages and the summary records; version 2 added
 the per-session documents (compaction state, calibration, budget decision); version 3 added
 each message's classification (``info_json``, NULL for rows written before it: a reader
-inspects those messages again, as it always did).
+inspects those messages again, as it always did); version 4 added the counter that made each
+message's cost (``cf_messages.cost_counter``, NULL for rows written before it: a reader counts
+those messages again), each session's history digest (``cf_sessions.history_sha256``, NULL
+for sessions last written before it: a reader computes it from the messages, and the next
+state save stores it), and an index of summary records by session (a session's records are
+looked up by its id, never by reading every record of the store).
 
 Ownership (DESIGN invariant 9: contextfold never writes into a database or file it did not
 create). The version lives in contextfold's own table, ``contextfold_meta`` (key
@@ -87,6 +92,11 @@ SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (
         " PRIMARY KEY (session_id, kind)) WITHOUT ROWID",
     ),
     ("ALTER TABLE cf_messages ADD COLUMN info_json TEXT",),
+    (
+        "ALTER TABLE cf_messages ADD COLUMN cost_counter TEXT",
+        "ALTER TABLE cf_sessions ADD COLUMN history_sha256 TEXT",
+        "CREATE INDEX cf_summaries_by_session ON cf_summaries (session_id, position)",
+    ),
 )
 
 POSTGRES_MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -116,6 +126,11 @@ POSTGRES_MIGRATIONS: tuple[tuple[str, ...], ...] = (
         " PRIMARY KEY (session_id, kind))",
     ),
     ("ALTER TABLE cf_messages ADD COLUMN info_json TEXT",),
+    (
+        "ALTER TABLE cf_messages ADD COLUMN cost_counter TEXT",
+        "ALTER TABLE cf_sessions ADD COLUMN history_sha256 TEXT",
+        "CREATE INDEX cf_summaries_by_session ON cf_summaries (session_id, position)",
+    ),
 )
 
 SCHEMA_VERSION = len(SQLITE_MIGRATIONS)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from contextfold.store.base import (
+    HISTORY_GENESIS,
     ConcurrentUpdateError,
     Row,
     SessionInfo,
@@ -40,6 +41,8 @@ from contextfold.store.base import (
     StoreError,
     assemble_session,
     check_cost,
+    check_cost_counter,
+    check_digest,
     check_document,
     check_info_json,
     check_message_json,
@@ -47,6 +50,8 @@ from contextfold.store.base import (
     check_rows,
     check_seq,
     check_session_id,
+    extend_history_digest,
+    history_digest,
     read_record,
     record_json,
     wrap_document,
@@ -58,8 +63,8 @@ __all__ = ["APPLICATION_ID", "SqliteStore"]
 
 _T = TypeVar("_T")
 _INSERT_MESSAGE = (
-    "INSERT INTO cf_messages (session_id, seq, message_json, cost, info_json)"
-    " VALUES (?, ?, ?, ?, ?)"
+    "INSERT INTO cf_messages (session_id, seq, message_json, cost, info_json, cost_counter)"
+    " VALUES (?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -203,18 +208,25 @@ class SqliteStore:
         message_json: str,
         cost: int,
         info_json: str | None = None,
+        *,
+        cost_counter: str | None = None,
     ) -> int:
         check_session_id(session_id)
         check_seq(expected_seq)
         check_message_json(message_json)
         check_cost(cost)
         check_info_json(info_json)
+        check_cost_counter(cost_counter)
+        row = (session_id, expected_seq + 1, message_json, cost, info_json, cost_counter)
+
+        def digest(previous: str | None) -> str | None:
+            # A session last written before digests were kept keeps none until a state
+            # save computes it from its messages.
+            return None if previous is None else extend_history_digest(previous, message_json)
 
         def write(connection: sqlite3.Connection) -> int:
-            _advance(connection, session_id, expected_seq, 1, new_generation=False)
-            connection.execute(
-                _INSERT_MESSAGE, (session_id, expected_seq + 1, message_json, cost, info_json)
-            )
+            _advance(connection, session_id, expected_seq, 1, digest, new_generation=False)
+            connection.execute(_INSERT_MESSAGE, row)
             return expected_seq + 1
 
         return await self._run(lambda connection: self._transaction(connection, write))
@@ -222,45 +234,78 @@ class SqliteStore:
     async def append_many(self, session_id: str, expected_seq: int, messages: Sequence[Row]) -> int:
         check_session_id(session_id)
         check_seq(expected_seq)
+        checked = check_rows(messages)
+        fence = expected_seq + 1  # the replacement's own seq: every older writer conflicts
         rows = [
-            (session_id, expected_seq + offset, text, cost, info)
-            for offset, (text, cost, info) in enumerate(check_rows(messages), start=1)
+            (session_id, fence + offset, text, cost, info, counter)
+            for offset, (text, cost, info, counter) in enumerate(checked, start=1)
         ]
+        digest = history_digest(row[0] for row in checked)
+        last = fence + len(rows)
 
         def write(connection: sqlite3.Connection) -> int:
-            _advance(connection, session_id, expected_seq, len(rows), new_generation=True)
+            _advance(
+                connection,
+                session_id,
+                expected_seq,
+                last - expected_seq,
+                lambda _: digest,
+                new_generation=True,
+            )
             connection.execute("DELETE FROM cf_messages WHERE session_id = ?", (session_id,))
             connection.execute(
                 "DELETE FROM cf_documents WHERE session_id = ? AND kind = 'state'", (session_id,)
             )
             connection.executemany(_INSERT_MESSAGE, rows)
-            return expected_seq + len(rows)
+            return last
 
         return await self._run(lambda connection: self._transaction(connection, write))
 
-    async def save_state(self, session_id: str, seq: int, snapshot: Mapping[str, Any]) -> None:
+    async def save_state(
+        self,
+        session_id: str,
+        seq: int,
+        snapshot: Mapping[str, Any],
+        *,
+        history_sha256: str | None = None,
+    ) -> None:
         check_session_id(session_id)
         check_seq(seq, "seq")
-        body = wrap_document(check_document(snapshot, "state snapshot"))
+        body = check_document(snapshot, "state snapshot")
+        check_digest(history_sha256)
 
         def write(connection: sqlite3.Connection) -> None:
-            last = _last_seq(connection, session_id)
-            if last is None:
+            head = connection.execute(
+                "SELECT last_seq, history_sha256 FROM cf_sessions WHERE session_id = ?",
+                (session_id,),
+            ).fetchone()
+            if head is None:
                 raise StoreError(f"session {session_id!r} does not exist: append a message first")
+            last, digest = head
             if seq > last:
                 raise StoreError(
                     f"state for seq {seq} of session {session_id!r}, whose last seq is {last}: "
                     "save the messages first"
                 )
-            row = connection.execute(
-                "SELECT seq FROM cf_documents WHERE session_id = ? AND kind = 'state'",
-                (session_id,),
-            ).fetchone()
-            if row is not None and row[0] > seq:
-                raise ConcurrentUpdateError(session_id, seq, row[0])
+            if seq < last:  # the session moved on: this state describes another history
+                raise ConcurrentUpdateError(session_id, seq, last)
+            if digest is None:  # last written before digests were kept: compute it once
+                digest = history_digest(
+                    text
+                    for (text,) in connection.execute(
+                        "SELECT message_json FROM cf_messages WHERE session_id = ? ORDER BY seq",
+                        (session_id,),
+                    )
+                )
+                connection.execute(
+                    "UPDATE cf_sessions SET history_sha256 = ? WHERE session_id = ?",
+                    (digest, session_id),
+                )
+            if history_sha256 not in (None, digest):
+                raise ConcurrentUpdateError(session_id, seq, seq, other_history=True)
             connection.execute(
                 "INSERT OR REPLACE INTO cf_documents VALUES (?, 'state', ?, ?)",
-                (session_id, seq, body),
+                (session_id, seq, wrap_document(body, digest)),
             )
 
         await self._run(lambda connection: self._transaction(connection, write))
@@ -316,7 +361,7 @@ class SqliteStore:
             row = connection.execute(
                 "SELECT record_json FROM cf_summaries WHERE covered_hash = ?", (covered_hash,)
             ).fetchone()
-            return None if row is None else read_record(row[0])
+            return None if row is None else read_record(row[0], covered_hash)
 
         return await self._run(read)
 
@@ -334,7 +379,7 @@ class SqliteStore:
                 "SELECT record_json FROM cf_summaries WHERE covered_hash = ?",
                 (record.covered_hash,),
             ).fetchone()
-            return record if row[0] == text else read_record(row[0])
+            return record if row[0] == text else read_record(row[0], record.covered_hash)
 
         return await self._run(lambda connection: self._transaction(connection, write))
 
@@ -342,14 +387,15 @@ class SqliteStore:
         def read(connection: sqlite3.Connection) -> list[SummaryRecord]:
             if session_id is None:
                 rows = connection.execute(
-                    "SELECT record_json FROM cf_summaries ORDER BY position"
+                    "SELECT covered_hash, record_json FROM cf_summaries ORDER BY position"
                 ).fetchall()
-            else:
+            else:  # by the index on (session_id, position): other sessions' rows are not read
                 rows = connection.execute(
-                    "SELECT record_json FROM cf_summaries WHERE session_id = ? ORDER BY position",
+                    "SELECT covered_hash, record_json FROM cf_summaries WHERE session_id = ?"
+                    " ORDER BY position",
                     (session_id,),
                 ).fetchall()
-            return [read_record(row[0]) for row in rows]
+            return [read_record(text, key) for key, text in rows]
 
         return await self._run(read)
 
@@ -366,32 +412,44 @@ def _advance(
     session_id: str,
     expected_seq: int,
     count: int,
+    digest: Callable[[str | None], str | None],
     *,
     new_generation: bool,
 ) -> None:
-    """Move the session from ``expected_seq`` to ``expected_seq + count`` or raise a conflict.
+    """Move the session from ``expected_seq`` to ``expected_seq + count``, and its history
+    digest from what it was to ``digest(it)``, or raise a conflict.
 
-    The compare-and-set is the UPDATE's WHERE clause, inside the caller's write transaction.
+    Inside the caller's write transaction (``BEGIN IMMEDIATE``): no other writer can move
+    the session between the read of its seq and the update.
     """
-    if expected_seq == 0:
-        connection.execute("INSERT OR IGNORE INTO cf_sessions VALUES (?, 0, 0)", (session_id,))
-    moved = connection.execute(
-        "UPDATE cf_sessions SET last_seq = last_seq + ?, generation = generation + ?"
-        " WHERE session_id = ? AND last_seq = ?",
-        (count, 1 if new_generation else 0, session_id, expected_seq),
-    ).rowcount
-    if moved != 1:
-        actual = _last_seq(connection, session_id)
-        raise ConcurrentUpdateError(session_id, expected_seq, actual or 0)
+    head = connection.execute(
+        "SELECT last_seq, history_sha256 FROM cf_sessions WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    if head is None:
+        if expected_seq != 0:
+            raise ConcurrentUpdateError(session_id, expected_seq, 0)
+        connection.execute(
+            "INSERT INTO cf_sessions (session_id, last_seq, generation, history_sha256)"
+            " VALUES (?, 0, 0, ?)",
+            (session_id, HISTORY_GENESIS),
+        )
+        head = (0, HISTORY_GENESIS)
+    if head[0] != expected_seq:
+        raise ConcurrentUpdateError(session_id, expected_seq, head[0])
+    connection.execute(
+        "UPDATE cf_sessions SET last_seq = ?, generation = generation + ?, history_sha256 = ?"
+        " WHERE session_id = ?",
+        (expected_seq + count, 1 if new_generation else 0, digest(head[1]), session_id),
+    )
 
 
 def _read_session(connection: sqlite3.Connection, session_id: str) -> StoredSession:
     head = connection.execute(
-        "SELECT last_seq, generation FROM cf_sessions WHERE session_id = ?", (session_id,)
+        "SELECT last_seq, generation, history_sha256 FROM cf_sessions WHERE session_id = ?",
+        (session_id,),
     ).fetchone()
-    last_seq, generation = head if head is not None else (0, 0)
     rows = connection.execute(
-        "SELECT seq, message_json, cost, info_json FROM cf_messages"
+        "SELECT seq, message_json, cost, info_json, cost_counter FROM cf_messages"
         " WHERE session_id = ? ORDER BY seq",
         (session_id,),
     )
@@ -402,4 +460,4 @@ def _read_session(connection: sqlite3.Connection, session_id: str) -> StoredSess
             "SELECT kind, seq, body_json FROM cf_documents WHERE session_id = ?", (session_id,)
         )
     }
-    return assemble_session(session_id, last_seq, generation, messages, documents)
+    return assemble_session(session_id, head, messages, documents)

@@ -2,7 +2,8 @@
 
 The interface is three coroutines so a database can implement it directly: ``get`` is a
 primary-key lookup, ``put_if_absent`` an ``INSERT ... ON CONFLICT DO NOTHING`` followed by a
-read of the winner, ``records`` a scan with an optional ``WHERE session_id = ?``.
+read of the winner, ``records`` a scan with an optional ``WHERE session_id = ?`` (a lookup by
+an index on the session: a context reads its own session's records, never every record).
 """
 
 from __future__ import annotations
@@ -41,11 +42,19 @@ class InMemorySummaryStore:
 
     def __init__(self, records: list[SummaryRecord] | None = None) -> None:
         self._by_hash: dict[str, SummaryRecord] = {}
+        # Each session's records in insertion order: a session's lookup never walks others'.
+        self._by_session: dict[str | None, list[SummaryRecord]] = {}
         # The check and the insert never straddle an await today, so the lock is not
         # strictly needed; it keeps the method safe if a future version awaits in between.
         self._lock = asyncio.Lock()
         for record in records or []:
-            self._by_hash.setdefault(record.covered_hash, record)
+            self._insert(record)
+
+    def _insert(self, record: SummaryRecord) -> SummaryRecord:
+        held = self._by_hash.setdefault(record.covered_hash, record)
+        if held is record:
+            self._by_session.setdefault(record.session_id, []).append(record)
+        return held
 
     async def get(self, covered_hash: str) -> SummaryRecord | None:
         return self._by_hash.get(covered_hash)
@@ -54,13 +63,12 @@ class InMemorySummaryStore:
         if not isinstance(record, SummaryRecord):
             raise TypeError(f"expected a SummaryRecord, got {type(record).__name__}")
         async with self._lock:
-            return self._by_hash.setdefault(record.covered_hash, record)
+            return self._insert(record)
 
     async def records(self, session_id: str | None = None) -> list[SummaryRecord]:
-        kept = list(self._by_hash.values())
         if session_id is None:
-            return kept
-        return [record for record in kept if record.session_id == session_id]
+            return list(self._by_hash.values())
+        return list(self._by_session.get(session_id, ()))
 
     def __len__(self) -> int:
         return len(self._by_hash)

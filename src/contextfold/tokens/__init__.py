@@ -24,10 +24,12 @@ from contextfold.tokens.exact import ExactCounter
 from contextfold.tokens.factory import COUNTER_KINDS, build_counter
 from contextfold.tokens.framing import REPLY_PRIMING_TOKENS, count_request
 from contextfold.tokens.heuristic import HeuristicCounter
+from contextfold.tokens.identity import COUNTING_RULES_VERSION, cost_identity
 from contextfold.tokens.serialize import canonical_json, serialize_message
 
 __all__ = [
     "COUNTER_KINDS",
+    "COUNTING_RULES_VERSION",
     "EXACT_MIN_RATIO",
     "HEURISTIC_MIN_RATIO",
     "REPLY_PRIMING_TOKENS",
@@ -41,6 +43,7 @@ __all__ = [
     "TokenCounter",
     "build_counter",
     "canonical_json",
+    "cost_identity",
     "count_request",
     "encoding_for_model",
     "serialize_message",
