@@ -1,0 +1,311 @@
+"""pydantic-ai: a capability that fits every model request.
+
+    agent = Agent(model, tools=[...], capabilities=[ContextFoldCapability(max_tokens=100_000)])
+
+pydantic-ai 2 documents ``prepare_model_request`` as the hook for context-window fitting:
+what it sets is the request on the wire, never the run's message history. So the history
+(``result.all_messages()``, a conversation store) keeps every message, and each request gets
+a fitted copy: a tool call and its return are kept or dropped together, earlier thinking may
+be left out, the newest turn's goes back whole. Instructions and tool schemas are counted and
+never cut; each response's usage calibrates the count.
+
+Messages convert part by part: a `ModelRequest` gives one message per part (system prompt,
+user prompt, each tool return), a `ModelResponse` one assistant message (text and thinking
+blocks, tool calls); parts the view leaves unchanged come back as copies of the originals, and
+changed ones are the originals with the view's text. Parts with nothing to say to the model
+(instruction and tool-availability deltas) ride along with their request's first part.
+
+One `ContextFold` per conversation (``RunContext.conversation_id``), made by
+``new_context(conversation_id)``: with a durable store, a run continuing the conversation's
+stored history continues with the same view.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    RetryFeedbackPart,
+    SystemPromptPart,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models import ModelRequestContext
+from pydantic_ai.tools import RunContext
+from pydantic_core import to_jsonable_python
+
+from ..manager import ContextFold
+from ..mirror import REF, Mirror, ref_of, unchanged
+from ..views import detached
+
+_OPAQUE = "pydantic_ai_part"
+
+
+def to_messages(items: Sequence[ModelMessage], start: int = 0) -> list[dict[str, Any]]:
+    """pydantic-ai messages as contextfold messages, each marked ``[message, part]``."""
+    out: list[dict[str, Any]] = []
+    for offset, item in enumerate(items):
+        index = start + offset
+        if isinstance(item, ModelResponse):
+            out.append(_response(item, [index, 0]))
+            continue
+        for number, part in enumerate(item.parts):
+            message = _request_part(part)
+            if message is not None:
+                message["metadata"] = {REF: [index, number]}
+                out.append(message)
+    return out
+
+
+def _request_part(part: Any) -> dict[str, Any] | None:
+    if isinstance(part, SystemPromptPart):
+        return {"role": "system", "content": part.content}
+    if isinstance(part, UserPromptPart):
+        content = part.content
+        if not isinstance(content, str):
+            content = [_user_block(item) for item in content]
+        return {"role": "user", "content": content}
+    if isinstance(part, ToolReturnPart):
+        return {"role": "tool", "tool_call_id": part.tool_call_id, "content": _returned(part)}
+    if isinstance(part, RetryFeedbackPart):
+        return {"role": "user", "content": part.model_response()}
+    return None  # a delta or marker: no content of its own (see the module)
+
+
+def _returned(part: ToolReturnPart) -> str:
+    return part.model_response_str()
+
+
+def _user_block(item: Any) -> dict[str, Any]:
+    if isinstance(item, str):
+        return {"type": "text", "text": item}
+    return {"type": _OPAQUE, "part": to_jsonable_python(item)}
+
+
+def _response(item: ModelResponse, ref: list[int]) -> dict[str, Any]:
+    content: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    for part in item.parts:
+        if isinstance(part, TextPart):
+            content.append({"type": "text", "text": part.content})
+        elif isinstance(part, ThinkingPart):
+            signature = part.signature or ""
+            content.append({"type": "thinking", "thinking": part.content, "signature": signature})
+        elif isinstance(part, ToolCallPart):
+            arguments = part.args_as_json_str()
+            function = {"name": part.tool_name, "arguments": arguments}
+            calls.append({"id": part.tool_call_id, "type": "function", "function": function})
+        else:
+            content.append({"type": _OPAQUE, "part": to_jsonable_python(part)})
+    message: dict[str, Any] = {"role": "assistant", "content": content or ""}
+    if calls:
+        message["tool_calls"] = calls
+    message["metadata"] = {REF: ref}
+    return message
+
+
+# -- back ------------------------------------------------------------------------------------
+
+
+def from_view(view: Sequence[Mapping[str, Any]], mirror: Mirror) -> list[ModelMessage]:
+    """A view as pydantic-ai messages sharing nothing mutable with the history's."""
+    out: list[ModelMessage] = []
+    names: dict[str, str] = {}  # call id -> tool name, for results the context writes
+    request: ModelRequest | None = None  # the request parts are being gathered into
+    source: int | None = None  # the history message it comes from
+    for message in view:
+        ref = ref_of(message)
+        admitted = mirror.admitted(message)
+        original = mirror.items[ref[0]] if admitted is not None and ref else None
+        if isinstance(original, ModelResponse):
+            request = None
+            response = _copied_response(original, message, unchanged(message, admitted))
+            names.update((p.tool_call_id, p.tool_name) for p in response.parts if _is_call(p))
+            out.append(response)
+            continue
+        if original is not None and ref is not None:
+            part = _copied(original.parts[ref[1]])
+            if not unchanged(message, admitted):
+                part = _with_text(part, message.get("content"))
+            riders = [_copied(p) for p in original.parts if _request_part(p) is None]
+            if request is None or source != ref[0]:
+                request = _copied_request(original, riders)
+                source = ref[0]
+                out.append(request)
+            request.parts.append(part)
+            continue
+        made = _made(message, names)
+        if request is None:
+            request = ModelRequest(parts=[])
+            source = None
+            out.append(request)
+        request.parts.append(made)
+    return out
+
+
+def _is_call(part: Any) -> bool:
+    return isinstance(part, ToolCallPart)
+
+
+def _copied(part: Any) -> Any:
+    """A copy of a part sharing no mutable container with it (strings and times are shared)."""
+    new = copy.copy(part)
+    for field in dataclasses.fields(part):
+        value = getattr(part, field.name, None)
+        if type(value) in (dict, list):
+            plain = all(type(v) in (str, int, float, bool, dict, list) for v in _items(value))
+            object.__setattr__(new, field.name, detached(value) if plain else copy.deepcopy(value))
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            object.__setattr__(new, field.name, copy.deepcopy(value))
+    return new
+
+
+def _items(value: dict[Any, Any] | list[Any]) -> Any:
+    return value.values() if isinstance(value, dict) else value
+
+
+def _copied_request(original: ModelRequest, riders: list[Any]) -> ModelRequest:
+    request = copy.copy(original)
+    request.parts = list(riders)
+    if isinstance(original.metadata, dict):
+        request.metadata = copy.deepcopy(original.metadata)
+    return request
+
+
+def _with_text(part: Any, content: Any) -> Any:
+    """``part`` saying what the view says instead (a shortened or cleared result or prompt)."""
+    if isinstance(part, ToolReturnPart | SystemPromptPart | RetryFeedbackPart):
+        return dataclasses.replace(part, content=_text(content))
+    if isinstance(part, UserPromptPart):
+        if isinstance(content, str):
+            return dataclasses.replace(part, content=content)
+        items = [b.get("text", "") if b.get("type") == "text" else None for b in content or ()]
+        originals = part.content if isinstance(part.content, list) else []
+        kept = [
+            text if text is not None else copy.deepcopy(old)
+            for text, old in zip(items, originals, strict=False)
+        ]
+        return dataclasses.replace(part, content=kept)
+    return part
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(b.get("text", "")) for b in content if isinstance(b, Mapping))
+    return ""
+
+
+def _copied_response(
+    original: ModelResponse, message: Mapping[str, Any], same: bool
+) -> ModelResponse:
+    response = copy.copy(original)
+    content = message.get("content")
+    blocks = content if isinstance(content, list) else []
+    texts = iter(b.get("text", "") for b in blocks if b.get("type") == "text")
+    thinking = any(b.get("type") == "thinking" for b in blocks)
+    parts = []
+    for part in original.parts:
+        if isinstance(part, ThinkingPart) and not thinking:
+            continue  # an earlier turn's thinking, left out of this view
+        new = _copied(part)
+        if isinstance(part, TextPart) and not same:
+            new = dataclasses.replace(new, content=next(texts, part.content))
+        elif isinstance(part, TextPart):
+            next(texts, None)
+        parts.append(new)
+    response.parts = parts
+    if dataclasses.is_dataclass(original.usage):
+        response.usage = copy.deepcopy(original.usage)
+    return response
+
+
+def _made(message: Mapping[str, Any], names: dict[str, str]) -> Any:
+    """A message the context wrote (a notice, a summary, a repair) as a request part."""
+    text = _text(message.get("content"))
+    if message.get("role") == "tool":
+        call_id = message.get("tool_call_id", "")
+        return ToolReturnPart(tool_name=names.get(call_id, ""), content=text, tool_call_id=call_id)
+    if message.get("role") in ("system", "developer"):
+        return SystemPromptPart(content=text)
+    return UserPromptPart(content=text)
+
+
+@dataclasses.dataclass
+class ContextFoldCapability(AbstractCapability[Any]):
+    """Fits each model request of a pydantic-ai agent (see the module).
+
+    ``ContextFoldCapability(new_context=None, settings=None)``, or with the settings as
+    keywords through `ContextFoldCapability.with_settings`: ``new_context(conversation_id)``
+    makes a conversation's `ContextFold`, by default ``ContextFold(**settings)``.
+    """
+
+    new_context: Callable[[str], ContextFold] | None = None
+    settings: Mapping[str, Any] | None = None
+    _mirrors: dict[str, Mirror] = dataclasses.field(default_factory=dict, repr=False)
+
+    @classmethod
+    def with_settings(cls, **settings: Any) -> ContextFoldCapability:
+        """A capability whose conversations each get ``ContextFold(**settings)``."""
+        return cls(settings=settings)
+
+    def context(self, conversation_id: str = "default") -> ContextFold:
+        """The `ContextFold` of ``conversation_id`` (made on first use)."""
+        return self._mirror(conversation_id).context
+
+    def _mirror(self, conversation_id: str | None) -> Mirror:
+        key = conversation_id or "default"
+        mirror = self._mirrors.get(key)
+        if mirror is None:
+            if self.new_context is not None:
+                context = self.new_context(key)
+            else:
+                context = ContextFold(**dict(self.settings or {}))
+            mirror = self._mirrors[key] = Mirror(context, to_messages)
+        return mirror
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        return None  # holds live contexts: not part of a serialisable agent spec
+
+    async def prepare_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        mirror = self._mirror(ctx.conversation_id)
+        parameters = request_context.model_request_parameters
+        instructions = "\n\n".join(p.content for p in parameters.instruction_parts or ())
+        system = [{"role": "system", "content": instructions}] if instructions else []
+        tools = [
+            {
+                "name": t.name,
+                "description": t.description or "",
+                "parameters": t.parameters_json_schema,
+            }
+            for t in (*parameters.function_tools, *parameters.output_tools)
+        ]
+        fixed = mirror.fixed_tokens(system=system, tools=tools)
+        view = await mirror.view(request_context.messages, fixed_tokens=fixed)
+        request_context.messages = from_view(view, mirror)
+        return request_context
+
+    async def after_model_request(
+        self,
+        ctx: RunContext[Any],
+        *,
+        request_context: ModelRequestContext,
+        response: ModelResponse,
+    ) -> ModelResponse:
+        mirror = self._mirror(ctx.conversation_id)
+        await mirror.record_usage(response.usage, model=response.model_name)
+        return response

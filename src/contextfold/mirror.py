@@ -1,0 +1,218 @@
+"""Following a framework's own message list: its history stays the record, a context fits it.
+
+Agent frameworks keep the conversation themselves (LangGraph's checkpointed state, the Agents
+SDK's session, pydantic-ai's message history) and hand the whole of it to every model call. A
+`Mirror` keeps one `ContextFold`'s history in step with that list and returns the fitted view
+for the call: what the framework stored is never touched; the view is a new list sharing
+nothing mutable with it.
+
+Keeping in step is cheap on the usual path: the list only grows, so the items already
+admitted are recognised (by identity, else by equality, for frameworks that rebuild their
+items on every call) and only the new ones are converted and admitted. Anything else (a
+framework that rewrote or shortened its list, a resumed run whose context was stored
+before) is reconciled once: if the context's history is the start of the converted list,
+the rest is appended; otherwise the history is replaced (`set_messages`).
+
+A framework adapter supplies one conversion, ``convert(items, start) -> messages``, which marks
+each message's metadata with `REF` (a JSON list of ints, starting with the index of its first
+item in the framework's list), so that a view message can be traced back to the items it came
+from (`Mirror.admitted`) and rebuilt as the framework's own type. Messages the context made
+(a compaction notice, a summary, a repair) carry no `REF`.
+
+What a request costs beside its messages (the system prompt or instructions, the tool schemas)
+rides on every request and is never compacted: the adapter counts it (`Mirror.fixed_tokens`)
+and the view is fitted to the budget less that. Usage readings are reported less the same
+amount, so calibration learns about the messages it fits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import weakref
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .budget import derive_budget
+from .conventions import TIMESTAMP_KEY
+from .errors import context_length_error
+from .meter import read_usage
+
+if TYPE_CHECKING:
+    from .manager import ContextFold
+
+REF = "framework_ref"
+
+Convert = Callable[[Sequence[Any], int], list[dict[str, Any]]]
+T = TypeVar("T")
+
+
+class Mirror:
+    """One context's history kept in step with a framework's message list (see the module)."""
+
+    def __init__(self, context: ContextFold, convert: Convert) -> None:
+        self.context = context
+        self._convert = convert
+        self.items: list[Any] = []  # the framework's items admitted so far, in order
+        self._admitted: dict[tuple[int, ...], dict[str, Any]] = {}  # REF -> converted message
+        self._fixed = 0  # the fixed part of the last request, in tokens
+
+    # -- keeping in step -------------------------------------------------------------------
+
+    async def sync(self, items: Sequence[Any]) -> None:
+        """Admit what ``items`` adds to what was admitted before; reconcile anything else."""
+        known = self.items
+        count = len(known)
+        if len(items) >= count and all(
+            a is b or a == b for a, b in zip(items, known, strict=False)
+        ):
+            if len(items) == count:
+                return
+            if count or not self.context.message_count:
+                await self._append(self._converted(items[count:], count), items[count:])
+                return
+        await self._reconcile(items)
+
+    async def _append(self, messages: list[dict[str, Any]], items: Sequence[Any]) -> None:
+        for message in messages:
+            await self.context.add_message(message)
+        self.items.extend(items)
+
+    def _converted(self, items: Sequence[Any], start: int) -> list[dict[str, Any]]:
+        messages = self._convert(items, start)
+        for message in messages:
+            ref = message.get("metadata", {}).get(REF)
+            if ref is not None:
+                self._admitted[tuple(ref)] = message
+        return messages
+
+    async def _reconcile(self, items: Sequence[Any]) -> None:
+        """Bring a context whose history is not the start of ``items`` in step with them."""
+        self.items = []
+        self._admitted = {}
+        converted = self._converted(items, 0)
+        stored = await self.context.get_messages()
+        if len(stored) <= len(converted) and all(
+            _same(s, c) for s, c in zip(stored, converted, strict=False)
+        ):
+            # A resumed context: what it holds is the start of the framework's history.
+            for message in converted[len(stored) :]:
+                await self.context.add_message(message)
+        else:
+            await self.context.set_messages(converted)
+        self.items = list(items)
+
+    # -- the request ---------------------------------------------------------------------
+
+    async def view(
+        self, items: Sequence[Any], *, fixed_tokens: int = 0, provider: Any | None = None
+    ) -> list[dict[str, Any]]:
+        """The fitted view of ``items`` for one request whose other parts cost
+        ``fixed_tokens`` (see `fixed_tokens`)."""
+        await self.sync(items)
+        decision = await derive_budget(self.context.config, provider=provider)
+        budget = decision.effective_budget - fixed_tokens
+        if budget <= 0:
+            raise context_length_error(
+                f"context-fold: the request's fixed parts (system prompt, tool schemas: "
+                f"{fixed_tokens} tokens) leave nothing of the {decision.effective_budget}-token "
+                "budget for the conversation. Raise max_tokens or send fewer tools.",
+                required_tokens=fixed_tokens,
+                budget=decision.effective_budget,
+                model=decision.model,
+            )
+        self._fixed = fixed_tokens
+        return await self.context.get_messages_for_request(token_budget=budget)
+
+    def fixed_tokens(
+        self,
+        system: Sequence[Mapping[str, Any]] = (),
+        tools: Sequence[Mapping[str, Any]] = (),
+    ) -> int:
+        """Tokens of a request's parts beside its messages: ``system`` messages (chat dicts)
+        and ``tools`` (OpenAI function schemas), counted with the context's counter."""
+        counter = self.context.counter
+        total = sum(counter.count_message(message) for message in system)
+        return total + (counter.count_tools(list(tools)) if tools else 0)
+
+    async def record_usage(self, usage: Any, *, model: str | None = None) -> None:
+        """Report a response's usage (any shape `read_usage` reads: an SDK's usage object,
+        LangChain's ``usage_metadata``), less the fixed part of the request it answers."""
+        if usage is None:
+            return  # no usage reported (a test model, a provider without usage)
+        parsed = read_usage({"usage": usage, "model": model})
+        if parsed is None:
+            return
+        actual, cache_read, _, model = parsed
+        net = actual - self._fixed
+        if net <= 0:
+            return
+        usage = {"input_tokens": net, "cache_read_tokens": cache_read}
+        await self.context.on_llm_response({"usage": usage, "model": model})
+
+    # -- tracing a view back -------------------------------------------------------------
+
+    def admitted(self, message: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The converted message admitted for the items ``message`` (a view message) came
+        from; None for a message the context made."""
+        metadata = message.get("metadata")
+        ref = metadata.get(REF) if isinstance(metadata, Mapping) else None
+        if not isinstance(ref, list):
+            return None
+        return self._admitted.get(tuple(ref))
+
+
+# The mirror each context follows a plain client's list with, per message shape: the context
+# object is the session, so the mirror lives exactly as long as it does.
+_MIRRORS: weakref.WeakKeyDictionary[Any, dict[str, Mirror]] = weakref.WeakKeyDictionary()
+
+
+def mirror_for(context: ContextFold, shape: str, convert: Convert) -> Mirror:
+    """The mirror ``context`` keeps of a plain client's message list in ``shape``."""
+    mirrors = _MIRRORS.setdefault(context, {})
+    mirror = mirrors.get(shape)
+    if mirror is None:
+        mirror = mirrors[shape] = Mirror(context, convert)
+    return mirror
+
+
+def ref_of(message: Mapping[str, Any]) -> list[int] | None:
+    """The `REF` a view message carries, or None."""
+    metadata = message.get("metadata")
+    ref = metadata.get(REF) if isinstance(metadata, Mapping) else None
+    return ref if isinstance(ref, list) else None
+
+
+def unchanged(message: Mapping[str, Any], admitted: Mapping[str, Any] | None) -> bool:
+    """Whether a view message says exactly what was admitted (metadata aside)."""
+    if admitted is None:
+        return False
+    keys = message.keys() | admitted.keys()
+    return all(message.get(k) == admitted.get(k) for k in keys if k != "metadata")
+
+
+def _same(stored: Mapping[str, Any], converted: Mapping[str, Any]) -> bool:
+    """Whether a stored message is a converted one as admitted (the stamp aside)."""
+    metadata = dict(stored.get("metadata") or {})
+    metadata.pop(TIMESTAMP_KEY, None)
+    expected = converted.get("metadata") or {}
+    return metadata == expected and unchanged(stored, converted)
+
+
+def tool_arguments(arguments: Any) -> str:
+    """Tool-call arguments as the JSON text OpenAI's shape carries."""
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
+
+
+def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` from synchronous code (a framework's sync entry point): on a fresh
+    event loop, or on a helper thread when this thread already runs one."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
