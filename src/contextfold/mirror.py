@@ -57,6 +57,7 @@ class Mirror:
         self.items: list[Any] = []  # the framework's items admitted so far, in order
         self._admitted: dict[tuple[int, ...], dict[str, Any]] = {}  # REF -> converted message
         self._fixed = 0  # the fixed part of the last request, in tokens
+        self._model: str | None = None  # the model of the last request or usage reading
 
     # -- keeping in step -------------------------------------------------------------------
 
@@ -69,9 +70,10 @@ class Mirror:
         ):
             if len(items) == count:
                 return
-            if count or not self.context.message_count:
+            if count:
                 await self._append(self._converted(items[count:], count), items[count:])
                 return
+        # A first look (the context may hold a stored session), or a list that changed.
         await self._reconcile(items)
 
     async def _append(self, messages: list[dict[str, Any]], items: Sequence[Any]) -> None:
@@ -106,12 +108,14 @@ class Mirror:
     # -- the request ---------------------------------------------------------------------
 
     async def view(
-        self, items: Sequence[Any], *, fixed_tokens: int = 0, provider: Any | None = None
+        self, items: Sequence[Any], *, fixed_tokens: int = 0, model: str | None = None
     ) -> list[dict[str, Any]]:
-        """The fitted view of ``items`` for one request whose other parts cost
-        ``fixed_tokens`` (see `fixed_tokens`)."""
+        """The fitted view of ``items`` for one request to ``model`` whose other parts cost
+        ``fixed_tokens`` (see `fixed_tokens`). Naming the model keys calibration to it (a
+        resumed context learns which model it serves from this, not from memory)."""
         await self.sync(items)
-        decision = await derive_budget(self.context.config, provider=provider)
+        self._model = model or self._model
+        decision = await derive_budget(self.context.config)
         budget = decision.effective_budget - fixed_tokens
         if budget <= 0:
             raise context_length_error(
@@ -123,7 +127,9 @@ class Mirror:
                 model=decision.model,
             )
         self._fixed = fixed_tokens
-        return await self.context.get_messages_for_request(token_budget=budget)
+        return await self.context.get_messages_for_request(
+            token_budget=budget, provider=_Named(self._model)
+        )
 
     def fixed_tokens(
         self,
@@ -145,6 +151,7 @@ class Mirror:
         if parsed is None:
             return
         actual, cache_read, _, model = parsed
+        model = self._model = model or self._model
         net = actual - self._fixed
         if net <= 0:
             return
@@ -175,6 +182,13 @@ def mirror_for(context: ContextFold, shape: str, convert: Convert) -> Mirror:
     if mirror is None:
         mirror = mirrors[shape] = Mirror(context, convert)
     return mirror
+
+
+class _Named:
+    """What a request path reads of a provider here: only the model's name."""
+
+    def __init__(self, model: str | None) -> None:
+        self.model = model
 
 
 def ref_of(message: Mapping[str, Any]) -> list[int] | None:

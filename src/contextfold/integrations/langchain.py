@@ -132,7 +132,8 @@ class ContextFoldMiddleware(AgentMiddleware):
     async def _fitted(self, request: ModelRequest) -> tuple[Mirror, ModelRequest]:
         configurable = (get_config() or {}).get("configurable") or {}
         mirror = self._mirror(str(configurable.get("thread_id", "default")))
-        view = await mirror.view(request.messages, fixed_tokens=self._fixed(mirror, request))
+        fixed = self._fixed(mirror, request)
+        view = await mirror.view(request.messages, fixed_tokens=fixed, model=_name(request.model))
         return mirror, request.override(messages=from_view(view, mirror))
 
     def _fixed(self, mirror: Mirror, request: ModelRequest) -> int:
@@ -165,6 +166,15 @@ class ContextFoldMiddleware(AgentMiddleware):
         response = handler(fitted)
         run_sync(_record(mirror, response))
         return response
+
+
+def _name(model: Any) -> str | None:
+    """The model's name as its provider reports it (``model_name`` on most chat models)."""
+    for attribute in ("model_name", "model", "model_id"):
+        value = getattr(model, attribute, None)
+        if isinstance(value, str) and value:
+            return value
+    return None
 
 
 async def _record(mirror: Mirror, response: Any) -> None:

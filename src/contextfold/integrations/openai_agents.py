@@ -67,7 +67,8 @@ class ContextFoldFilter:
         instructions = data.model_data.instructions
         system = [{"role": "system", "content": instructions}] if instructions else []
         fixed = self._tools_cost(data.agent.tools) + self.mirror.fixed_tokens(system=system)
-        view = await self.mirror.view(data.model_data.input, fixed_tokens=fixed)
+        model = _name(data.agent.model)
+        view = await self.mirror.view(data.model_data.input, fixed_tokens=fixed, model=model)
         return ModelInputData(input=from_view(view, self.mirror), instructions=instructions)
 
     def _tools_cost(self, tools: list[Any]) -> int:
@@ -95,5 +96,12 @@ class ContextFoldHooks(RunHooks[Any]):
     async def on_llm_end(
         self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
     ) -> None:
-        model = agent.model if isinstance(agent.model, str) else None
-        await self._fold.record_usage(response, model)
+        await self._fold.record_usage(response, _name(agent.model))
+
+
+def _name(model: Any) -> str | None:
+    """An agent's model name: the string it names, or the model object's ``model``."""
+    if isinstance(model, str):
+        return model or None
+    name = getattr(model, "model", None)
+    return name if isinstance(name, str) and name else None

@@ -295,7 +295,8 @@ class ContextFoldCapability(AbstractCapability[Any]):
             for t in (*parameters.function_tools, *parameters.output_tools)
         ]
         fixed = mirror.fixed_tokens(system=system, tools=tools)
-        view = await mirror.view(request_context.messages, fixed_tokens=fixed)
+        model = request_context.model.model_name
+        view = await mirror.view(request_context.messages, fixed_tokens=fixed, model=model)
         request_context.messages = from_view(view, mirror)
         return request_context
 
