@@ -11,6 +11,7 @@ far over the `WINDOW` every test model enforces as a provider does.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -94,12 +95,22 @@ def mutable_ids(root: Any) -> set[int]:
         value = stack.pop()
         if isinstance(value, _SHARED_SKIP) or id(value) in seen:
             continue
-        if _frozen(value):
+        if _frozen(value) or not _mutable(value):
             stack.extend(_children(value))
             continue
         seen.add(id(value))
         stack.extend(_children(value))
     return seen
+
+
+def _mutable(value: Any) -> bool:
+    """Containers, and objects whose attributes can be set (models, dataclasses); a value
+    type without either (a datetime, a UUID, an enum member) cannot be changed in place."""
+    if isinstance(value, dict | list | set | bytearray):
+        return True
+    if isinstance(value, enum.Enum):
+        return False
+    return hasattr(value, "__dict__") or dataclasses.is_dataclass(value)
 
 
 def _frozen(value: Any) -> bool:
@@ -149,4 +160,3 @@ def _walk(root: Any) -> list[Any]:
         out.append(value)
         stack.extend(_children(value))
     return out
-

@@ -6,22 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from adapter_support import (
-    COUNTER,
-    STEPS,
-    SYSTEM_PROMPT,
-    WINDOW,
-    WindowExceeded,
-    assert_nothing_shared,
-    assert_pairs_whole,
-    call_id,
-    check_request,
-    count_sent,
-    deface,
-    next_step,
-    prompt,
-)
-from adapter_support import page as page_text
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.language_models import BaseChatModel
@@ -38,6 +22,22 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import Field
 
+from adapter_support import (
+    COUNTER,
+    STEPS,
+    SYSTEM_PROMPT,
+    WINDOW,
+    WindowExceeded,
+    assert_nothing_shared,
+    assert_pairs_whole,
+    call_id,
+    check_request,
+    count_sent,
+    deface,
+    next_step,
+    prompt,
+)
+from adapter_support import page as page_text
 from contextfold import ContextFold
 from contextfold.integrations.langchain import ContextFoldMiddleware, from_view, to_messages
 from contextfold.mirror import Mirror
@@ -64,7 +64,9 @@ class ScriptedChatModel(BaseChatModel):
     def _generate(self, messages: list[Any], stop: Any = None, run_manager: Any = None, **kw: Any):
         return ChatResult(generations=[ChatGeneration(message=self._answer(messages))])
 
-    async def _agenerate(self, messages: list[Any], stop: Any = None, run_manager: Any = None, **kw):
+    async def _agenerate(
+        self, messages: list[Any], stop: Any = None, run_manager: Any = None, **kw
+    ):
         return self._generate(messages)
 
     def _answer(self, messages: list[Any]) -> AIMessage:
@@ -238,7 +240,9 @@ def rich_history() -> list[Any]:
             usage_metadata={"input_tokens": 10, "output_tokens": 2, "total_tokens": 12},
             id="a1",
         ),
-        ToolMessage(page_text(1), tool_call_id="c1", name="read_page", artifact={"raw": [1]}, id="t1"),
+        ToolMessage(
+            page_text(1), tool_call_id="c1", name="read_page", artifact={"raw": [1]}, id="t1"
+        ),
         AIMessage("done", id="a2"),
     ]
 

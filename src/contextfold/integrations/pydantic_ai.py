@@ -308,5 +308,6 @@ class ContextFoldCapability(AbstractCapability[Any]):
         response: ModelResponse,
     ) -> ModelResponse:
         mirror = self._mirror(ctx.conversation_id)
-        await mirror.record_usage(response.usage, model=response.model_name)
+        # Keyed by the name the request was fitted under (a response may name a snapshot).
+        await mirror.record_usage(response.usage, model=request_context.model.model_name)
         return response
