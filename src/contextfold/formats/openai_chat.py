@@ -30,8 +30,13 @@ def to_messages(messages: Sequence[Mapping[str, Any]], start: int = 0) -> list[d
 
 
 def from_view(view: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """A view as Chat Completions messages: contextfold's metadata left out."""
-    return strip_metadata(view)
+    """A view as Chat Completions messages: contextfold's metadata left out, and a turn of
+    calls alone with ``content: None`` as OpenAI's own messages carry it."""
+    messages = strip_metadata(view)
+    for message in messages:
+        if message.get("tool_calls") and message.get("content") == "":
+            message["content"] = None
+    return messages
 
 
 def _mirror(context: ContextFold) -> Mirror:
