@@ -19,16 +19,23 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
-from langchain_core.messages import (
-    AIMessage,
-    BaseMessage,
-    HumanMessage,
-    SystemMessage,
-    ToolMessage,
-)
-from langchain_core.utils.function_calling import convert_to_openai_tool
-from langgraph.config import get_config
+try:
+    from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+    from langchain_core.messages import (
+        AIMessage,
+        BaseMessage,
+        HumanMessage,
+        SystemMessage,
+        ToolMessage,
+    )
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+    from langgraph.config import get_config
+except ImportError as error:  # the extra is not installed
+    raise ImportError(
+        f"contextfold.integrations.langchain needs "
+        f"LangChain and LangGraph ({error.name} is missing): "
+        f"pip install 'contextfold[langchain]'"
+    ) from error
 
 from ..manager import ContextFold
 from ..mirror import REF, Mirror, ref_of, run_sync, tool_arguments

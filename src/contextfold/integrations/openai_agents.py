@@ -22,8 +22,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agents import Agent, FunctionTool, ModelResponse, RunContextWrapper, RunHooks
-from agents.run_config import CallModelData, ModelInputData
+try:
+    from agents import Agent, FunctionTool, ModelResponse, RunContextWrapper, RunHooks
+    from agents.run_config import CallModelData, ModelInputData
+except ImportError as error:  # the extra is not installed
+    raise ImportError(
+        f"contextfold.integrations.openai_agents needs "
+        f"the OpenAI Agents SDK ({error.name} is missing): "
+        f"pip install 'contextfold[openai-agents]'"
+    ) from error
 
 from ..formats.openai_responses import from_view, to_messages
 from ..manager import ContextFold

@@ -27,22 +27,29 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelRequest,
-    ModelResponse,
-    RetryFeedbackPart,
-    SystemPromptPart,
-    TextPart,
-    ThinkingPart,
-    ToolCallPart,
-    ToolReturnPart,
-    UserPromptPart,
-)
-from pydantic_ai.models import ModelRequestContext
-from pydantic_ai.tools import RunContext
-from pydantic_core import to_jsonable_python
+try:
+    from pydantic_ai.capabilities import AbstractCapability
+    from pydantic_ai.messages import (
+        ModelMessage,
+        ModelRequest,
+        ModelResponse,
+        RetryFeedbackPart,
+        SystemPromptPart,
+        TextPart,
+        ThinkingPart,
+        ToolCallPart,
+        ToolReturnPart,
+        UserPromptPart,
+    )
+    from pydantic_ai.models import ModelRequestContext
+    from pydantic_ai.tools import RunContext
+    from pydantic_core import to_jsonable_python
+except ImportError as error:  # the extra is not installed
+    raise ImportError(
+        f"contextfold.integrations.pydantic_ai needs "
+        f"pydantic-ai ({error.name} is missing): "
+        f"pip install 'contextfold[pydantic-ai]'"
+    ) from error
 
 from ..manager import ContextFold
 from ..mirror import REF, Mirror, ref_of, unchanged
