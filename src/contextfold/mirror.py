@@ -29,7 +29,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import copy
+import dataclasses
+import datetime
+import decimal
+import enum
 import json
+import uuid
 import weakref
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -164,10 +170,10 @@ class Mirror:
         """The converted message admitted for the items ``message`` (a view message) came
         from; None for a message the context made."""
         metadata = message.get("metadata")
-        ref = metadata.get(REF) if isinstance(metadata, Mapping) else None
-        if not isinstance(ref, list):
+        if type(metadata) is not dict:
             return None
-        return self._admitted.get(tuple(ref))
+        ref = metadata.get(REF)
+        return self._admitted.get(tuple(ref)) if type(ref) is list else None
 
 
 # The mirror each context follows a plain client's list with, per message shape: the context
@@ -212,6 +218,70 @@ def _same(stored: Mapping[str, Any], converted: Mapping[str, Any]) -> bool:
     metadata.pop(TIMESTAMP_KEY, None)
     expected = converted.get("metadata") or {}
     return metadata == expected and unchanged(stored, converted)
+
+
+# Values that cannot change in place: shared by a copy.
+_IMMUTABLE = frozenset(
+    {str, int, float, bool, type(None), bytes, complex, datetime.datetime, datetime.date}
+    | {datetime.time, datetime.timedelta, datetime.timezone, decimal.Decimal, uuid.UUID}
+)
+
+
+_EMPTY = frozenset({dict, list})
+
+
+def owned(value: Any) -> Any:
+    """A copy of ``value`` sharing nothing mutable with it, for handing a framework's own
+    objects to a request: containers, dataclasses and pydantic models are rebuilt level by
+    level (immutable values shared, so the copy costs the structure, not the text);
+    anything else is deep-copied."""
+    kind = type(value)
+    if kind in _IMMUTABLE:
+        return value
+    if kind is dict:
+        out = value.copy()
+        for key, item in out.items():
+            if type(item) not in _IMMUTABLE:
+                # An empty container (most of a message's side fields) without a call.
+                out[key] = owned(item) if item or type(item) not in _EMPTY else type(item)()
+        return out
+    if kind is list:
+        return [item if type(item) in _IMMUTABLE else owned(item) for item in value]
+    if kind is tuple:
+        return tuple(owned(item) for item in value)
+    how = _HOW.get(kind)
+    if how is None:
+        how = _HOW[kind] = _how_to_copy(kind)
+    if how is _SHARE:
+        return value
+    if how is _DATACLASS:
+        new = object.__new__(kind)
+        new.__dict__.update(owned(value.__dict__))
+        return new
+    if how is _PYDANTIC:
+        new = object.__new__(kind)
+        object.__setattr__(new, "__dict__", owned(value.__dict__))
+        object.__setattr__(new, "__pydantic_fields_set__", set(value.__pydantic_fields_set__))
+        extra, private = value.__pydantic_extra__, value.__pydantic_private__
+        object.__setattr__(new, "__pydantic_extra__", extra if extra is None else owned(extra))
+        object.__setattr__(new, "__pydantic_private__", private and owned(private))
+        return new
+    return copy.deepcopy(value)
+
+
+_SHARE, _DATACLASS, _PYDANTIC, _DEEP = "share", "dataclass", "pydantic", "deep"
+_HOW: dict[type, str] = {}  # how `owned` copies each type it met (decided once per type)
+
+
+def _how_to_copy(kind: type) -> str:
+    if issubclass(kind, type | enum.Enum):
+        return _SHARE
+    # Only instances with a __dict__ (no slots) are rebuilt from it.
+    if dataclasses.is_dataclass(kind) and kind.__dictoffset__:
+        return _DATACLASS
+    if hasattr(kind, "__pydantic_fields__") and hasattr(kind, "__pydantic_fields_set__"):
+        return _PYDANTIC
+    return _DEEP
 
 
 def tool_arguments(arguments: Any) -> str:

@@ -38,7 +38,7 @@ except ImportError as error:  # the extra is not installed
     ) from error
 
 from ..manager import ContextFold
-from ..mirror import REF, Mirror, ref_of, run_sync, tool_arguments
+from ..mirror import REF, Mirror, owned, run_sync, tool_arguments
 from ..views import detached
 
 _ROLES = {"human": "user", "ai": "assistant", "tool": "tool", "system": "system"}
@@ -80,19 +80,14 @@ def from_view(view: Sequence[Mapping[str, Any]], mirror: Mirror) -> list[BaseMes
     out: list[BaseMessage] = []
     for message in view:
         admitted = mirror.admitted(message)
-        ref = ref_of(message)
-        if admitted is not None and ref is not None and message["role"] == admitted["role"]:
-            original: BaseMessage = mirror.items[ref[0]]
-            same = message.get("content") == admitted.get("content")
-            content = detached(original.content) if same else detached(message.get("content"))
-            fields = {k: detached(v) for k, v in original.__dict__.items() if type(v) in _MUTABLE}
-            out.append(original.model_copy(update={**fields, "content": content}))
+        if admitted is not None and message["role"] == admitted["role"]:
+            copied = owned(mirror.items[admitted["metadata"][REF][0]])
+            if message.get("content") != admitted.get("content"):
+                copied.__dict__["content"] = detached(message.get("content"))
+            out.append(copied)
         else:
             out.append(_made(message))
     return out
-
-
-_MUTABLE = (dict, list)
 
 
 def _made(message: Mapping[str, Any]) -> BaseMessage:

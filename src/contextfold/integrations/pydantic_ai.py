@@ -22,8 +22,8 @@ stored history continues with the same view.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
+import datetime
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -52,8 +52,7 @@ except ImportError as error:  # the extra is not installed
     ) from error
 
 from ..manager import ContextFold
-from ..mirror import REF, Mirror, ref_of, unchanged
-from ..views import detached
+from ..mirror import REF, Mirror, owned
 
 _OPAQUE = "pydantic_ai_part"
 
@@ -127,66 +126,62 @@ def _response(item: ModelResponse, ref: list[int]) -> dict[str, Any]:
 def from_view(view: Sequence[Mapping[str, Any]], mirror: Mirror) -> list[ModelMessage]:
     """A view as pydantic-ai messages sharing nothing mutable with the history's."""
     out: list[ModelMessage] = []
-    names: dict[str, str] = {}  # call id -> tool name, for results the context writes
     request: ModelRequest | None = None  # the request parts are being gathered into
     source: int | None = None  # the history message it comes from
+    admitted_for = mirror.admitted
+    items = mirror.items
     for message in view:
-        ref = ref_of(message)
-        admitted = mirror.admitted(message)
-        original = mirror.items[ref[0]] if admitted is not None and ref else None
+        admitted = admitted_for(message)
+        if admitted is None:
+            made = _made(message, out)
+            if request is None:
+                request, source = ModelRequest(parts=[]), None
+                out.append(request)
+            request.parts.append(made)
+            continue
+        index, number = admitted["metadata"][REF]
+        original = items[index]
+        same = message.get("content") == admitted.get("content")  # what compaction changes
         if isinstance(original, ModelResponse):
             request = None
-            response = _copied_response(original, message, unchanged(message, admitted))
-            names.update((p.tool_call_id, p.tool_name) for p in response.parts if _is_call(p))
-            out.append(response)
+            out.append(_copied_response(original, message, same))
             continue
-        if original is not None and ref is not None:
-            part = _copied(original.parts[ref[1]])
-            if not unchanged(message, admitted):
-                part = _with_text(part, message.get("content"))
-            riders = [_copied(p) for p in original.parts if _request_part(p) is None]
-            if request is None or source != ref[0]:
-                request = _copied_request(original, riders)
-                source = ref[0]
-                out.append(request)
-            request.parts.append(part)
-            continue
-        made = _made(message, names)
-        if request is None:
-            request = ModelRequest(parts=[])
-            source = None
+        part = owned(original.parts[number])
+        if not same:
+            part = _with_text(part, message.get("content"))
+        if request is None or source != index:
+            request, source = _shell(original), index
+            if len(original.parts) > 1:  # a lone part is the one converted
+                request.parts.extend(
+                    owned(p) for p in original.parts if not isinstance(p, _CONVERTED)
+                )
             out.append(request)
-        request.parts.append(made)
+        request.parts.append(part)
     return out
+
+
+# Request parts without content of their own (see the module): they ride with their request.
+_CONVERTED = (SystemPromptPart, UserPromptPart, ToolReturnPart, RetryFeedbackPart)
 
 
 def _is_call(part: Any) -> bool:
     return isinstance(part, ToolCallPart)
 
 
-def _copied(part: Any) -> Any:
-    """A copy of a part sharing no mutable container with it (strings and times are shared)."""
-    new = copy.copy(part)
-    for field in dataclasses.fields(part):
-        value = getattr(part, field.name, None)
-        if type(value) in (dict, list):
-            plain = all(type(v) in (str, int, float, bool, dict, list) for v in _items(value))
-            object.__setattr__(new, field.name, detached(value) if plain else copy.deepcopy(value))
-        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-            object.__setattr__(new, field.name, copy.deepcopy(value))
+def _shell(message: Any) -> Any:
+    """A copy of a message without its parts, sharing nothing mutable with it."""
+    fields = message.__dict__.copy()
+    del fields["parts"]
+    for key, value in fields.items():
+        if type(value) not in _PLAIN:
+            fields[key] = owned(value)
+    fields["parts"] = []
+    new = object.__new__(type(message))
+    new.__dict__.update(fields)
     return new
 
 
-def _items(value: dict[Any, Any] | list[Any]) -> Any:
-    return value.values() if isinstance(value, dict) else value
-
-
-def _copied_request(original: ModelRequest, riders: list[Any]) -> ModelRequest:
-    request = copy.copy(original)
-    request.parts = list(riders)
-    if isinstance(original.metadata, dict):
-        request.metadata = copy.deepcopy(original.metadata)
-    return request
+_PLAIN = frozenset({str, type(None), int, float, bool, datetime.datetime})
 
 
 def _with_text(part: Any, content: Any) -> Any:
@@ -196,12 +191,9 @@ def _with_text(part: Any, content: Any) -> Any:
     if isinstance(part, UserPromptPart):
         if isinstance(content, str):
             return dataclasses.replace(part, content=content)
-        items = [b.get("text", "") if b.get("type") == "text" else None for b in content or ()]
-        originals = part.content if isinstance(part.content, list) else []
-        kept = [
-            text if text is not None else copy.deepcopy(old)
-            for text, old in zip(items, originals, strict=False)
-        ]
+        texts = [b.get("text", "") if b.get("type") == "text" else None for b in content or ()]
+        olds = part.content if isinstance(part.content, list) else []
+        kept = [old if text is None else text for text, old in zip(texts, olds, strict=False)]
         return dataclasses.replace(part, content=kept)
     return part
 
@@ -217,33 +209,33 @@ def _text(content: Any) -> str:
 def _copied_response(
     original: ModelResponse, message: Mapping[str, Any], same: bool
 ) -> ModelResponse:
-    response = copy.copy(original)
+    response = _shell(original)
+    if same:  # the view says what the history does: every part, copied
+        response.parts.extend(owned(part) for part in original.parts)
+        return response
     content = message.get("content")
     blocks = content if isinstance(content, list) else []
     texts = iter(b.get("text", "") for b in blocks if b.get("type") == "text")
     thinking = any(b.get("type") == "thinking" for b in blocks)
-    parts = []
     for part in original.parts:
         if isinstance(part, ThinkingPart) and not thinking:
             continue  # an earlier turn's thinking, left out of this view
-        new = _copied(part)
-        if isinstance(part, TextPart) and not same:
-            new = dataclasses.replace(new, content=next(texts, part.content))
-        elif isinstance(part, TextPart):
-            next(texts, None)
-        parts.append(new)
-    response.parts = parts
-    if dataclasses.is_dataclass(original.usage):
-        response.usage = copy.deepcopy(original.usage)
+        new = owned(part)
+        if isinstance(part, TextPart):
+            new.content = next(texts, part.content)
+        response.parts.append(new)
     return response
 
 
-def _made(message: Mapping[str, Any], names: dict[str, str]) -> Any:
-    """A message the context wrote (a notice, a summary, a repair) as a request part."""
+def _made(message: Mapping[str, Any], before: list[ModelMessage]) -> Any:
+    """A message the context wrote (a notice, a summary, a repair) as a request part; a
+    result the context wrote names the tool of the call it answers."""
     text = _text(message.get("content"))
     if message.get("role") == "tool":
         call_id = message.get("tool_call_id", "")
-        return ToolReturnPart(tool_name=names.get(call_id, ""), content=text, tool_call_id=call_id)
+        calls = (p for m in reversed(before) for p in m.parts if _is_call(p))
+        name = next((p.tool_name for p in calls if p.tool_call_id == call_id), "")
+        return ToolReturnPart(tool_name=name, content=text, tool_call_id=call_id)
     if message.get("role") in ("system", "developer"):
         return SystemPromptPart(content=text)
     return UserPromptPart(content=text)
