@@ -7,7 +7,13 @@ from typing import Any
 import pytest
 
 from adapter_support import page
-from contextfold import CALIBRATION, ContextFold, ContextLengthError, ExactCounter
+from contextfold import (
+    CALIBRATION,
+    ContextFold,
+    ContextLengthError,
+    ExactCounter,
+    MessageValidationError,
+)
 from contextfold.formats import openai_chat
 from contextfold.mirror import Mirror
 from support import assert_pairing, unstamped
@@ -143,3 +149,16 @@ async def test_usage_is_reported_less_the_fixed_parts() -> None:
     await mirror.record_usage({"prompt_tokens": 650})  # less than the fixed part: no reading
     assert [r["actual"] for r in readings] == [800]
     assert readings[0]["model"] == "m"
+
+
+async def test_a_message_the_context_refuses_leaves_it_to_be_fixed_in_the_list() -> None:
+    context = CountingContext(max_tokens=100_000)
+    messages = conversation(2)
+    await openai_chat.view_for(context, messages)
+    messages += [{"role": "user", "content": "fine"}, {"role": "robot", "content": "bad"}]
+    with pytest.raises(MessageValidationError, match="unknown role 'robot'"):
+        await openai_chat.view_for(context, messages)
+    messages[-1] = {"role": "user", "content": "better"}
+    view = await openai_chat.view_for(context, messages)
+    assert view == messages  # every message once, the refused one never
+    assert unstamped(await context.get_messages()) == messages

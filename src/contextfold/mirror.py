@@ -83,8 +83,13 @@ class Mirror:
         await self._reconcile(items)
 
     async def _append(self, messages: list[dict[str, Any]], items: Sequence[Any]) -> None:
-        for message in messages:
-            await self.context.add_message(message)
+        try:
+            for message in messages:
+                await self.context.add_message(message)
+        except BaseException:
+            # Some of them may be in: the next look compares the history with the list.
+            self.items, self._admitted = [], {}
+            raise
         self.items.extend(items)
 
     def _converted(self, items: Sequence[Any], start: int) -> list[dict[str, Any]]:
@@ -195,13 +200,6 @@ class _Named:
 
     def __init__(self, model: str | None) -> None:
         self.model = model
-
-
-def ref_of(message: Mapping[str, Any]) -> list[int] | None:
-    """The `REF` a view message carries, or None."""
-    metadata = message.get("metadata")
-    ref = metadata.get(REF) if isinstance(metadata, Mapping) else None
-    return ref if isinstance(ref, list) else None
 
 
 def unchanged(message: Mapping[str, Any], admitted: Mapping[str, Any] | None) -> bool:
