@@ -181,9 +181,10 @@ def _name(model: Any) -> str | None:
 
 async def _record(mirror: Mirror, response: Any) -> None:
     """Feed the usage of the model's answer to the context's meter."""
+    response = getattr(response, "model_response", response)  # an ExtendedModelResponse's
     result = response.result if isinstance(response, ModelResponse) else [response]
     for message in result:
         if isinstance(message, AIMessage) and message.usage_metadata:
-            model = message.response_metadata.get("model_name")
-            await mirror.record_usage(message.usage_metadata, model=model)
+            # Keyed by the model the request was fitted for (a reply may name a snapshot).
+            await mirror.record_usage(message.usage_metadata)
             return
