@@ -129,3 +129,20 @@ async def test_responses_input_with_instructions_and_tools_fits_its_window() -> 
 def test_an_item_that_is_not_one_is_refused() -> None:
     with pytest.raises(TypeError, match="a Responses input item is a dict"):
         openai_responses.to_messages(["just text"])
+
+
+async def test_responses_items_with_a_broken_sequence_are_mended_in_the_view_only() -> None:
+    call = {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"}
+    items = [
+        {"role": "user", "content": "read"},
+        call,  # interrupted: never answered
+        {"role": "user", "content": "go on"},
+        {"type": "function_call_output", "call_id": "ghost", "output": "from nowhere"},
+    ]
+    view = await openai_responses.view_for(ContextFold(max_tokens=100_000), items)
+    assert_pairing(openai_responses.to_messages(view))
+    answer = next(i for i in view if i.get("type") == "function_call_output")
+    assert answer["call_id"] == "c1" and "no result was recorded" in answer["output"]
+    note = view[-1]
+    assert note["role"] == "user" and "from nowhere" in note["content"]
+    assert items[1] == call and len(items) == 4  # the caller's list is untouched
