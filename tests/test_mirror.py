@@ -15,7 +15,7 @@ from contextfold import (
     MessageValidationError,
 )
 from contextfold.formats import openai_chat
-from contextfold.mirror import Mirror
+from contextfold.mirror import Mirror, run_sync
 from support import assert_pairing, unstamped
 
 
@@ -162,3 +162,17 @@ async def test_a_message_the_context_refuses_leaves_it_to_be_fixed_in_the_list()
     view = await openai_chat.view_for(context, messages)
     assert view == messages  # every message once, the refused one never
     assert unstamped(await context.get_messages()) == messages
+
+
+def test_sync_entry_points_run_a_durable_context_on_one_loop(tmp_path: Any) -> None:
+    context = ContextFold(max_tokens=3000, store=f"sqlite:///{tmp_path / 'f.db'}", session_id="s")
+    mirror = Mirror(context, openai_chat.to_messages)
+    for turns in range(1, 6):
+        view = run_sync(mirror.view(conversation(turns)))
+        assert_pairing(view)
+    assert len(run_sync(context.get_messages())) == 11
+
+
+async def test_a_sync_entry_point_called_inside_a_running_loop_still_runs() -> None:
+    mirror = Mirror(ContextFold(max_tokens=3000), openai_chat.to_messages)
+    assert len(run_sync(mirror.view(conversation(1)))) == 3

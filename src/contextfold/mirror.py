@@ -28,13 +28,13 @@ amount, so calibration learns about the messages it fits.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import copy
 import dataclasses
 import datetime
 import decimal
 import enum
 import json
+import threading
 import uuid
 import weakref
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -290,11 +290,22 @@ def tool_arguments(arguments: Any) -> str:
 
 
 def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run ``coroutine`` from synchronous code (a framework's sync entry point): on a fresh
-    event loop, or on a helper thread when this thread already runs one."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
+    """Run ``coroutine`` from synchronous code (a framework's sync entry point) on one event
+    loop kept for the purpose in a daemon thread: no loop is made per call, anything a
+    context binds to a loop stays on the loop that made it, and a caller already inside a
+    running loop is served too."""
+    return asyncio.run_coroutine_threadsafe(coroutine, _sync_loop()).result()
+
+
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
+
+
+def _sync_loop() -> asyncio.AbstractEventLoop:
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="contextfold-sync", daemon=True).start()
+            _loop = loop
+        return _loop
