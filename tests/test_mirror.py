@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from adapter_support import page
+from adapter_support import assert_nothing_shared, page
 from contextfold import (
     CALIBRATION,
     ContextFold,
@@ -176,3 +179,45 @@ def test_sync_entry_points_run_a_durable_context_on_one_loop(tmp_path: Any) -> N
 async def test_a_sync_entry_point_called_inside_a_running_loop_still_runs() -> None:
     mirror = Mirror(ContextFold(max_tokens=3000), openai_chat.to_messages)
     assert len(run_sync(mirror.view(conversation(1)))) == 3
+
+
+OPERATIONS = st.lists(
+    st.one_of(
+        st.tuples(st.just("turn"), st.integers(0, 3)),  # a tool turn (long result or not)
+        st.tuples(st.just("say"), st.integers(0, 3)),  # a user message
+        st.tuples(st.just("cut"), st.integers(1, 6)),  # the framework drops its tail
+        st.tuples(st.just("edit"), st.integers(0, 6)),  # replaces an earlier message
+        st.tuples(st.just("rebuild"), st.just(0)),  # hands equal copies of every message
+    ),
+    min_size=1,
+    max_size=14,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(OPERATIONS)
+def test_the_history_is_always_the_list_and_every_view_is_whole(operations: list[Any]) -> None:
+    async def run() -> None:
+        context = ContextFold(max_tokens=1500)
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "start"}]
+        for number, (operation, value) in enumerate(operations):
+            if operation == "turn":
+                messages = [*messages, *tool_turn(number)]
+                messages[-1] = {**messages[-1], "content": page(number) * value}
+            elif operation == "say":
+                messages = [*messages, {"role": "user", "content": f"note {number} " * value}]
+            elif operation == "cut":
+                messages = messages[: max(1, len(messages) - value)]
+            elif operation == "edit":
+                at = min(value, len(messages) - 1)
+                if messages[at].get("role") == "user":
+                    messages = [*messages]
+                    messages[at] = {"role": "user", "content": f"edited {number}"}
+            else:
+                messages = [dict(message) for message in messages]
+            view = await openai_chat.view_for(context, messages)
+            assert_pairing(view)
+            assert_nothing_shared(view, messages)
+            assert unstamped(await context.get_messages()) == messages
+
+    asyncio.run(run())

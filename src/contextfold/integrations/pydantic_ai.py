@@ -1,6 +1,7 @@
 """pydantic-ai: a capability that fits every model request.
 
-    agent = Agent(model, tools=[...], capabilities=[ContextFoldCapability(max_tokens=100_000)])
+    fold = ContextFoldCapability.with_settings(max_tokens=100_000)
+    agent = Agent(model, tools=[...], capabilities=[fold])
 
 pydantic-ai 2 documents ``prepare_model_request`` as the hook for context-window fitting:
 what it sets is the request on the wire, never the run's message history. So the history
