@@ -132,8 +132,7 @@ class ContextFoldMiddleware(AgentMiddleware):
         return mirror
 
     async def _fitted(self, request: ModelRequest) -> tuple[Mirror, ModelRequest]:
-        configurable = (get_config() or {}).get("configurable") or {}
-        mirror = self._mirror(str(configurable.get("thread_id", "default")))
+        mirror = self._mirror(_thread_id())
         fixed = self._fixed(mirror, request)
         view = await mirror.view(request.messages, fixed_tokens=fixed, model=_name(request.model))
         return mirror, request.override(messages=from_view(view, mirror))
@@ -168,6 +167,15 @@ class ContextFoldMiddleware(AgentMiddleware):
         response = handler(fitted)
         run_sync(_record(mirror, response))
         return response
+
+
+def _thread_id() -> str:
+    """The LangGraph thread of the running call ("default" without a checkpointer)."""
+    try:
+        configurable = get_config().get("configurable") or {}
+    except RuntimeError:  # called outside a graph run
+        return "default"
+    return str(configurable.get("thread_id", "default"))
 
 
 def _name(model: Any) -> str | None:
