@@ -41,6 +41,7 @@ LAYERS: dict[str, int] = {
     "measured": 7,
     "request": 7,
     "oneshot": 7,
+    "mirror": 7,
     "amplifier": 8,
     "integrations": 8,
     "formats": 8,
