@@ -354,7 +354,7 @@ class ContextFold:
                     "context-fold: the content this request cannot go without does not fit the "
                     "budget with its %d-token safety margin; fitting requests to the "
                     "provider's input limit (%d tokens) instead",
-                    self.config.safety_margin,
+                    candidate.safety_margin or 0,
                     candidate.effective_budget,
                 )
             self._margin_waived = candidate.margin_waived
