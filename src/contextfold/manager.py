@@ -59,7 +59,7 @@ from .history import Admission, Appended, History
 from .ingress import IngressClip
 from .measured import measured_request_view
 from .messages import Kind
-from .meter import MeterStats, UsageReading, read_usage
+from .meter import MeterStats, UsageReading, read_usage, readings_agree
 from .recall import DEFAULT_MAX_TOKENS as DEFAULT_RECALL_TOKENS
 from .recall import recall_message
 from .repair import Repair
@@ -224,6 +224,7 @@ class ContextFold:
             self._index_reminder(index, entry.info.reminder, entry.message)
         # The meter's last reading describes a request over the old history: forget it.
         self._last_reading: UsageReading | None = None
+        self._aside_reading: UsageReading | None = None  # see `_set_aside_suspect_reading`
         self._last_delivered_raw: int | None = None
 
     def _index_reminder(self, index: int, is_reminder: bool, message: Mapping[str, Any]) -> None:
@@ -338,6 +339,7 @@ class ContextFold:
             # provider's own input limit, before ending the session (the provider refuses
             # what it must, and the loop refits).
             candidate = capped
+            distrusted = False
             while True:
                 try:
                     view, events = await self._plan_request(
@@ -347,8 +349,18 @@ class ContextFold:
                 except ContextLengthError:
                     looser = _looser_budget(candidate, decision)
                     if looser is None:
-                        raise
+                        # One usage reading must not lock a session out: a correction no
+                        # second reading confirmed is set aside, and planning starts over.
+                        if distrusted or not self._set_aside_suspect_reading(decision):
+                            raise
+                        distrusted, looser = True, capped
                     candidate = looser
+            if distrusted:
+                logger.warning(
+                    "context-fold: one usage reading raised the estimate so far that this "
+                    "request would have been refused; that reading is set aside until another "
+                    "one agrees with it"
+                )
             if candidate.margin_waived and not self._margin_waived:
                 logger.warning(
                     "context-fold: the content this request cannot go without does not fit the "
@@ -942,6 +954,23 @@ class ContextFold:
         if not cfg.compaction_notice_enabled:
             return 0
         return min(cfg.compaction_notice_token_reserve, math.floor(budget * NOTICE_MAX_SHARE))
+
+    def _set_aside_suspect_reading(self, decision: BudgetDecision) -> bool:
+        """Set aside what one usage reading alone raised (a calibrated counter's unconfirmed
+        correction; in actual mode the reading itself) before a request is refused on its
+        word; True if anything was. The next reading confirms or drops it."""
+        model = decision.model or self._model
+        counter = self.counter
+        calibrated = isinstance(counter, CalibratedCounter) and counter.set_aside(model)
+        reading = self._last_reading
+        measured = self.config.token_meter == "actual" and reading is not None
+        if measured and (calibrated or not readings_agree(self._aside_reading, reading)):
+            # In actual mode the reading itself drives the size; it stays aside until a
+            # later reading agrees with it.
+            self._aside_reading, self._last_reading = reading, None
+        elif not calibrated:
+            return False
+        return True
 
     def _measure(self, estimate: int, view_raw: int, ratio: float) -> tuple[int, str]:
         """The size the trigger compares: the estimate, or in actual mode the last real
