@@ -18,6 +18,7 @@ from typing import Any
 
 from .budget import BudgetDecision, derive_budget
 from .compaction import snapshot as fold_snapshot
+from .compaction.cadence import Cadence
 from .compaction.floor import floor_error
 from .compaction.planner import (
     PassResult,
@@ -218,6 +219,7 @@ class ContextFold:
         # (protection held it up): the next pass then waits until the view has really
         # grown, instead of re-running on every request for a few tokens.
         self._missed_target_at: int | None = None
+        self._cadence = Cadence()  # how often passes come (see `compaction.cadence`)
         self._summaries_adopted = False  # a resumed history takes up its stored summary once
         self._reminders: dict[str, int] = {}
         for index, entry in enumerate(history.entries):
@@ -623,8 +625,14 @@ class ContextFold:
         messages_size = measured - math.ceil(self._notice_cost * ratio)
         # When protection held the last pass above its target, a pass at the trigger would
         # find the same floor and win a few tokens per request, rewriting the prompt prefix
-        # each time: wait for the hard limit instead (still inside the budget).
-        fires_at = usable if self._missed_target_at is not None and not hard_fit else trigger
+        # each time: wait for the hard limit instead, the budget less the notice the view
+        # carries (not its whole reserve, which a floor near the budget would leave no
+        # room above).
+        fires_at = (
+            budget - math.ceil(self._notice_cost * ratio)
+            if self._missed_target_at is not None and not hard_fit
+            else trigger
+        )
         result: PassResult | None = None
         delivered, delivered_raw = self._view, before_raw
         # Never deliver a view over the budget by either figure: an under-reporting meter
@@ -634,6 +642,9 @@ class ContextFold:
 
             def raw(tokens: int) -> int:
                 return max(0, math.floor((tokens - overhead) / ratio) - request_raw)
+
+            # Passes coming every few requests go deeper (see `cadence`).
+            deep = target if hard_fit else self._cadence.target(messages_size, trigger, target)
 
             base, adopted = self._state, False
             blocks: list[tuple[int, ...]] = []
@@ -653,8 +664,8 @@ class ContextFold:
                 history,
                 base,
                 counter=self.counter,
-                target_raw=raw(target),
-                limit_raw=raw(trigger),
+                target_raw=raw(deep),
+                limit_raw=raw(trigger if deep == target else deep),
                 budget_raw=raw(budget),
                 retained=retained,
                 notice_reserve=reserve,
@@ -693,6 +704,7 @@ class ContextFold:
                 self._summaries_adopted = self._summaries_adopted or adopted
                 messages_after = math.ceil(result.raw_total * ratio) + overhead
                 self._missed_target_at = None if messages_after <= target else messages_after
+                self._cadence.passed(messages_after)
             else:
                 # Nothing new to commit, or a pass that would make the request bigger (a
                 # notice costing more than it saved) on a view that fits as it stands.
@@ -703,6 +715,8 @@ class ContextFold:
             after_estimate = math.ceil(delivered_raw * ratio) + fixed
         else:
             after_estimate = estimate
+        if result is None:
+            self._cadence.waited()
 
         report = self._report(
             decision,
