@@ -269,8 +269,9 @@ async def test_the_demos_default_task_meets_issue_10s_goal_with_the_summarize_la
 async def test_where_the_goal_is_out_of_reach_the_summarize_ladder_still_caches_more() -> None:
     """The earlier task shape (40 lookups of 6,000 characters in the same window: each step
     adds 8% of the window, so no compaction can serve 85% from the cache; the bench prints the
-    bound): compacting late and deep still serves far more from the cache than context-fold's
-    defaults, with fewer tokens in total."""
+    bound): compacting late and deep still serves more from the cache than context-fold's
+    defaults, with fewer tokens in total. (The defaults' own share rose from 64 % to 74 % when
+    the small window's margin was scaled down: fewer passes, each rewriting less.)"""
     from contextfold.cli.demo import DemoSettings
 
     settings = DemoSettings(steps=40, result_chars=6_000)
@@ -280,7 +281,7 @@ async def test_where_the_goal_is_out_of_reach_the_summarize_ladder_still_caches_
     ]
     base, managed, summarized = runs
     assert summarized.summaries_written > 0 and not summarized.overflowed
-    assert summarized.cache_share >= managed.cache_share + 0.10
+    assert summarized.cache_share >= managed.cache_share + 0.05
     assert summarized.total_tokens < managed.total_tokens
     assert not demo_mod.meets_goal(summarized, base)
     assert "above the input limit" in demo_mod.cache_bound(

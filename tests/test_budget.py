@@ -36,13 +36,18 @@ async def test_priority_order_and_formula() -> None:
     assert (d.source, d.effective_budget) == ("explicit", 5_000)
     d = await derive_budget(cfg, provider=Provider(MI))
     assert d.source == "provider_model_info"
-    assert d.derived_budget == 200_000 - 16_000 - 4096 == d.effective_budget
+    # The contract's formula is reported; the provider's input limit (the window less the
+    # whole output allowance) less the same margin is what the budget may use.
+    assert d.derived_budget == 200_000 - 16_000 - 4096
+    assert d.input_limit == 200_000 - 32_000 and d.safety_margin == 4096
+    assert d.effective_budget == 200_000 - 32_000 - 4096 and d.bound == "input_limit"
     assert d.model == "m-1"
     d = await derive_budget(
         cfg, provider=Provider(None, {"context_window": 1_048_576, "max_output_tokens": 65_536})
     )
     assert d.source == "provider_defaults"
     assert (d.reserved_output, d.derived_budget) == (32_768, 1_048_576 - 32_768 - 4096)
+    assert d.effective_budget == 1_048_576 - 65_536 - 4096
     d = await derive_budget(cfg, provider=Provider(None, {}))
     assert (d.source, d.effective_budget) == ("max_tokens_fallback", 200_000)
     d = await derive_budget(cfg)
@@ -58,7 +63,11 @@ async def test_max_tokens_is_a_cap_on_every_path() -> None:
         assert d.effective_budget == 50_000 and d.capped
     above = ContextConfig(max_tokens=10_000_000)
     d = await derive_budget(above, provider=Provider(MI))
-    assert d.effective_budget == d.derived_budget and not d.capped
+    assert d.effective_budget == 200_000 - 32_000 - 4096 and not d.capped
+    assert d.bound == "input_limit"
+    # Between the input limit and the contract's formula, max_tokens changes nothing.
+    between = await derive_budget(ContextConfig(max_tokens=170_000), provider=Provider(MI))
+    assert between.effective_budget == d.effective_budget and not between.capped
 
 
 async def test_async_and_dict_model_info() -> None:
@@ -67,7 +76,9 @@ async def test_async_and_dict_model_info() -> None:
             return {"id": "a", "context_window": 10_000, "max_output_tokens": 2000}
 
     d = await derive_budget(ContextConfig(), provider=AsyncProvider())
-    assert d.effective_budget == 10_000 - 1000 - 4096
+    # A 10,000 window keeps 1/32 of itself as the margin, not 4,096 of it.
+    assert d.safety_margin == 312
+    assert d.effective_budget == 10_000 - 2000 - 312
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, "100", True])
@@ -179,15 +190,17 @@ async def test_a_core_over_the_margin_but_under_the_input_limit_goes_out_at_the_
 ) -> None:
     """Degrade before refusing: the safety margin is for the estimate's error. A last human
     prompt that fits the provider's input limit (8,000 - 1,000) but not the budget with its
-    margin (8,000 - 500 - 4,096) is sent, fitted to the limit, with one warning and the
+    margin (8,000 - 1,000 - 4,096) is sent, fitted to the limit, with one warning and the
     waiver on the budget event; a smaller one goes back under the margin."""
     events: list = []
-    ctx = ContextFold(token_counter="exact", on_event=lambda e, d: events.append((e, d)))
+    ctx = ContextFold(
+        token_counter="exact", safety_margin=4096, on_event=lambda e, d: events.append((e, d))
+    )
     provider = Provider(SMALL)
     await ctx.set_messages([SYSTEM, human("go")])
     await ctx.get_messages_for_request(provider=provider)
-    assert ctx.last_report.budget == 8_000 - 500 - 4_096
-    prompt = human("word " * 5_000)  # about 5,000 tokens: over 3,404, under 7,000
+    assert ctx.last_report.budget == 8_000 - 1_000 - 4_096
+    prompt = human("word " * 5_000)  # about 5,000 tokens: over 2,904, under 7,000
     await ctx.add_message({"role": "assistant", "content": "ok"})
     await ctx.add_message(prompt)
     with caplog.at_level("WARNING", logger="contextfold.manager"):
@@ -197,12 +210,13 @@ async def test_a_core_over_the_margin_but_under_the_input_limit_goes_out_at_the_
     assert ctx.last_report.budget == 7_000 and ctx.last_report.tokens_after <= 7_000
     budget = [d for e, d in events if e == "context:budget"][-1]
     assert budget["margin_waived"] is True and budget["effective_budget"] == 7_000
+    assert budget["bound"] == "input_limit" and budget["input_limit"] == 7_000
     assert caplog.text.count("safety margin") == 1  # once, not on every request
     # Under the margin again: the margin holds again.
     await ctx.add_message({"role": "assistant", "content": "done"})
     await ctx.add_message(human("short"))
     await ctx.get_messages_for_request(provider=provider)
-    assert ctx.last_report.budget == 8_000 - 500 - 4_096
+    assert ctx.last_report.budget == 8_000 - 1_000 - 4_096
     assert [d for e, d in events if e == "context:budget"][-1]["margin_waived"] is False
 
 
@@ -210,7 +224,7 @@ async def test_the_input_limit_is_the_last_resort_not_a_way_around_a_cap_or_the_
     provider = Provider(SMALL)
     prompt = human("word " * 5_000)
     # max_tokens is the user's cap: waiving the margin never goes above it.
-    capped = ContextFold(token_counter="exact", max_tokens=4_000)
+    capped = ContextFold(token_counter="exact", safety_margin=4096, max_tokens=4_000)
     await capped.set_messages([SYSTEM, prompt])
     with pytest.raises(Exception, match="cannot go without"):
         await capped.get_messages_for_request(provider=provider)
@@ -229,7 +243,7 @@ async def test_the_input_limit_is_the_last_resort_not_a_way_around_a_cap_or_the_
 
 
 async def test_the_input_limit_decision_keeps_every_bound() -> None:
-    cfg = ContextConfig()
+    cfg = ContextConfig(safety_margin=4096)
     d = await derive_budget(cfg, provider=Provider(SMALL))
     edge = d.at_input_limit()
     assert edge.effective_budget == 7_000 and edge.margin_waived and not d.margin_waived
@@ -239,7 +253,9 @@ async def test_the_input_limit_decision_keeps_every_bound() -> None:
     fallback = await derive_budget(cfg)
     assert fallback.at_input_limit() is fallback
     assert d.with_refit_cap(5_000).at_input_limit().effective_budget == 5_000
-    small_cap = await derive_budget(ContextConfig(max_tokens=2_000), provider=Provider(SMALL))
+    small_cap = await derive_budget(
+        ContextConfig(safety_margin=4096, max_tokens=2_000), provider=Provider(SMALL)
+    )
     assert small_cap.at_input_limit() is small_cap  # the cap is below the margin's budget
 
 
@@ -278,7 +294,7 @@ async def test_a_steady_provider_gets_the_same_decision_and_a_change_a_new_one()
     assert await derive_budget(cfg, provider=Provider(MI)) is first
     other = ModelInfo(id="m-1", display_name="M", context_window=100_000, max_output_tokens=8_000)
     changed = await derive_budget(cfg, provider=Provider(other))
-    assert changed.effective_budget == 100_000 - 4_000 - 4_096 and changed is not first
+    assert changed.effective_budget == 100_000 - 8_000 - 3_125 and changed is not first
     capped = await derive_budget(ContextConfig(max_tokens=50_000), provider=Provider(other))
     assert capped.effective_budget == 50_000  # another config is another decision
     async_info = Provider(MI)

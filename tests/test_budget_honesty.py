@@ -14,6 +14,7 @@ import asyncio
 import math
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -170,3 +171,77 @@ async def test_actual_mode_under_reports_do_not_break_the_budget() -> None:
         view = await ctx.get_messages_for_request(token_budget=8_000)
         assert messages_cost(view) <= 8_000
         await ctx.on_llm_response(usage(1))
+
+
+# -- one reading never locks a session out (issue 18, item 13) -----------------------------------
+
+
+async def locked_out_setup(**config: Any) -> tuple[ContextFold, int]:
+    """A view of about 5,000 tokens answered by one misread usage figure of 20,000."""
+    ctx = ContextFold(config)
+    await ctx.set_messages([SYSTEM, human("Look up every topic and summarise.")])
+    for n in range(3):
+        for message in tool_round(n, result_chars=7_000):
+            await ctx.add_message(message)
+    view = await ctx.get_messages_for_request(token_budget=8_000)
+    await ctx.on_llm_response(usage(20_000))
+    return ctx, messages_cost(view)
+
+
+async def test_one_reading_far_above_the_view_does_not_lock_the_session_out(
+    caplog: Any,
+) -> None:
+    ctx, first = await locked_out_setup()
+    assert 4_500 < first < 6_500
+    assert isinstance(ctx.counter, CalibratedCounter)
+    assert ctx.counter.fixed("gpt-4o") > 8_000  # what the reading taught: every view is over
+    assert ctx.counter.suspect("gpt-4o")
+    with caplog.at_level("WARNING", logger="contextfold.manager"):
+        for n in range(3, 15):
+            for message in tool_round(n, result_chars=1_500):
+                await ctx.add_message(message)
+            view = await ctx.get_messages_for_request(token_budget=8_000)  # no refusal
+            cost = messages_cost(view)
+            assert cost <= 8_000
+            await ctx.on_llm_response(usage(cost))  # the provider bills what it was sent
+    assert caplog.text.count("that reading is set aside") == 1
+    # The readings that followed dropped the correction: the estimate is the count again.
+    assert ctx.counter.fixed("gpt-4o") < 1_000 and not ctx.counter.suspect("gpt-4o")
+
+
+async def test_a_correction_two_readings_agree_on_stands() -> None:
+    ctx, _ = await locked_out_setup()
+    for message in tool_round(3, result_chars=1_500):
+        await ctx.add_message(message)
+    view = await ctx.get_messages_for_request(token_budget=8_000)  # the correction set aside
+    # The provider says it again: this is what it bills, and the request is refused on it.
+    await ctx.on_llm_response(usage(messages_cost(view) * 4))
+    assert ctx.counter.fixed("gpt-4o") > 8_000 and not ctx.counter.suspect("gpt-4o")
+    for message in tool_round(4, result_chars=1_500):
+        await ctx.add_message(message)
+    with pytest.raises(ContextLengthError):
+        await ctx.get_messages_for_request(token_budget=8_000)
+
+
+async def test_actual_mode_sets_a_lone_reading_aside_too() -> None:
+    # The billed figure drives the trigger in actual mode; with a plain exact counter nothing
+    # calibrates, and a reading of 20,000 made every later request look over the budget.
+    ctx, _ = await locked_out_setup(token_meter="actual", token_counter="exact")
+    for n in range(3, 10):
+        for message in tool_round(n, result_chars=1_500):
+            await ctx.add_message(message)
+        view = await ctx.get_messages_for_request(token_budget=8_000)
+        assert messages_cost(view) <= 8_000
+        await ctx.on_llm_response(usage(messages_cost(view)))
+    # Two readings that agree on an excess are the provider's word: refused on it.
+    for message in tool_round(10, result_chars=1_500):
+        await ctx.add_message(message)
+    view = await ctx.get_messages_for_request(token_budget=8_000)
+    await ctx.on_llm_response(usage(messages_cost(view) * 4))
+    for message in tool_round(11, result_chars=1_500):
+        await ctx.add_message(message)
+    with pytest.raises(ContextLengthError):
+        await ctx.get_messages_for_request(token_budget=8_000)
+    await ctx.on_llm_response(usage(messages_cost(view) * 4 + 200))
+    with pytest.raises(ContextLengthError):
+        await ctx.get_messages_for_request(token_budget=8_000)

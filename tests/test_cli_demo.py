@@ -312,12 +312,12 @@ def test_malformed_numbers_are_usage_errors(argv: list[str]) -> None:
 
 def test_a_window_too_small_for_the_task_exits_1(tmp_path: Path) -> None:
     status, out, err = run_main(
-        "demo", "--steps", "3", "--window", "1600", "--out", str(tmp_path), "--quiet"
+        "demo", "--steps", "3", "--window", "1500", "--out", str(tmp_path), "--quiet"
     )
     assert status == EXIT_DOES_NOT_FIT
     line = err.strip()
     assert "\n" not in line and "Traceback" not in line
-    assert "cannot fit a 1,600-token window" in line
+    assert "cannot fit a 1,500-token window" in line
     assert out == ""
 
 
@@ -380,7 +380,7 @@ def test_help_states_the_window_the_default_task_really_needs(
     status, _, err = run_main(
         "demo",
         "--window",
-        str(DEMO_WINDOW_FOR_DEFAULT_RESULTS - 200),
+        str(DEMO_WINDOW_FOR_DEFAULT_RESULTS - 50),
         "--out",
         str(tmp_path / "smaller"),
         "--quiet",

@@ -170,11 +170,25 @@ async def test_protected_floor_over_budget_raises_and_commits_nothing() -> None:
     assert await ctx.get_messages_for_request(token_budget=200_000) == history
 
 
+async def test_an_oversized_protected_tool_result_is_shortened_in_the_view() -> None:
+    # The newest group's result is required, but its content may be shortened in the view
+    # (head and tail, with its recall id) rather than the request refused.
+    ctx, _ = make()
+    history = [SYSTEM, human("read"), *tool_round(1, result_chars=60_000)]
+    await ctx.set_messages(history)
+    view = await ctx.get_messages_for_request(token_budget=8_000)
+    assert ctx.last_report.tokens_after <= 8_000
+    assert view[-1]["tool_call_id"] == history[-1]["tool_call_id"]
+    assert 'context_recall("r3", offset=' in view[-1]["content"]
+    assert (await ctx.get_messages())[-1]["content"] == history[-1]["content"]
+
+
 async def test_oversized_protected_tool_result_error_names_the_fix() -> None:
+    # With no room even for a shortened result, the refusal says what to change.
     ctx, _ = make()
     await ctx.set_messages([SYSTEM, human("read"), *tool_round(1, result_chars=60_000)])
     with pytest.raises(ContextLengthError, match="max_tool_result_bytes") as err:
-        await ctx.get_messages_for_request(token_budget=8_000)
+        await ctx.get_messages_for_request(token_budget=120)
     assert "message 3 (tool_result" in str(err.value)
 
 
@@ -360,11 +374,17 @@ async def test_a_floor_near_the_trigger_yields_to_the_middle_of_the_band_once() 
         before = await ctx.get_messages_for_request(token_budget=budget)
         assert not ctx.last_report.compacted
     assert len([e for e, _ in events if e == "context:compaction"]) == passes
-    # ...and a view that outgrows the limit is compacted again.
-    for m in tool_round(99, result_chars=4000):
-        await ctx.add_message(m)
-    view = await ctx.get_messages_for_request(token_budget=budget)
-    assert ctx.last_report.compacted and ctx.last_report.tokens_after <= budget
+    # ...and a view that outgrows the limit (the budget, less the notice it carries) is
+    # compacted again.
+    for n in range(90, 95):
+        for m in tool_round(n, result_chars=4000):
+            await ctx.add_message(m)
+        view = await ctx.get_messages_for_request(token_budget=budget)
+        assert ctx.last_report.tokens_after <= budget
+        if ctx.last_report.compacted:
+            break
+        assert ctx.last_report.tokens_before <= budget
+    assert ctx.last_report.compacted and ctx.last_report.tokens_before > budget
     assert view[:2] == before[:2]
     assert_pairing(view)
 

@@ -704,3 +704,166 @@ async def test_commit_reports_the_pass_with_the_provider_count_and_emits_its_eve
         result["measured_before"],
         result["measured_after"],
     )
+
+
+# -- issue 18, item 5: the measured budget is min(provider input limit, max_tokens) ----------
+
+
+async def test_a_count_over_max_tokens_that_no_rung_can_lower_fails_closed() -> None:
+    # 20,000 tokens of tool schemas and max_tokens 6,000: the counted request cannot get under
+    # the cap, and a smaller output reserve does not move max_tokens. It used to be returned
+    # for dispatch as a protected floor of 20,000-odd tokens.
+    context = fold(max_tokens=6_000)
+    await context.add_message(human("hi"))
+    count = Counter(context, overhead=20_000, limit=190_000)
+    fits: list[Any] = []
+
+    async def fit_output(view: list[dict[str, Any]], attempt: dict[str, Any]) -> None:
+        fits.append(attempt)  # never asked: the provider's limit is not what binds
+
+    before = await sticky(context)
+    with pytest.raises(ContextLengthError, match="over max_tokens=6,000") as raised:
+        await context.get_measured_request_view(
+            provider=None, retain_contents=[], count_view=count, fit_output=fit_output
+        )
+    assert raised.value.budget == 6_000 and raised.value.required_tokens > 20_000
+    assert not fits and await sticky(context) == before
+
+
+async def test_a_count_under_max_tokens_after_the_rungs_is_dispatched() -> None:
+    # The same cap with schemas that leave room: the rungs bring the request under it.
+    context = await filled(fold(max_tokens=6_000), rounds=10)
+    count = Counter(context, overhead=2_000, limit=190_000)
+    result = await context.get_measured_request_view(
+        provider=None, retain_contents=[], count_view=count
+    )
+    assert result["measured_before"] > 6_000 >= result["measured_after"]
+    assert result["outcome"] in (TARGET_REACHED, PROTECTED_FLOOR)
+
+
+async def test_the_providers_own_count_over_its_limit_is_refused_whatever_its_estimate() -> None:
+    # The provider estimates 900 tokens (under its limit of 1,000) but counts 1,500.
+    context = await filled(fold(), rounds=1)
+
+    async def count_view(_view: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"dispatch": 1, "budget_decision": decision(1_500, estimated=900, limit=1_000)}
+
+    with pytest.raises(ContextLengthError, match="counts 1,500 input tokens over its hard limit"):
+        await context.get_measured_request_view(
+            provider=None, retain_contents=[], count_view=count_view
+        )
+
+    # With an output fit, the orchestrator's smaller output cap is asked for; an answer whose
+    # own count is still over its limit is no fit either.
+    async def still_over(view: list[dict[str, Any]], attempt: dict[str, Any]) -> dict:
+        return {
+            "dispatch": 2,
+            "budget_decision": decision(1_500, estimated=900, limit=1_200),
+            "count_calls": 1,
+        }
+
+    with pytest.raises(ContextLengthError, match="no output fit"):
+        await context.get_measured_request_view(
+            provider=None, retain_contents=[], count_view=count_view, fit_output=still_over
+        )
+
+    async def fits(view: list[dict[str, Any]], attempt: dict[str, Any]) -> dict:
+        return {"dispatch": 3, "budget_decision": decision(1_500, limit=1_600), "count_calls": 1}
+
+    result = await context.get_measured_request_view(
+        provider=None, retain_contents=[], count_view=count_view, fit_output=fits
+    )
+    assert (result["outcome"], result["dispatch"]) == (REDUCED_OUTPUT, 3)
+
+
+async def test_a_session_whose_schemas_alone_are_over_max_tokens_sends_nothing() -> None:
+    # Under loop-fold and provider-scripted (window 200,000): about 20,000 tokens of tool
+    # schemas against max_tokens 6,000. Nothing is dispatched over the cap; the session ends
+    # with the context's own ContextLengthError.
+    tools = 300
+    schemas = ExactCounter("o200k_base").count_tools(
+        [_tool_spec(CatalogTool(i)).model_dump(exclude_none=True) for i in range(tools)]
+    )
+    assert schemas > 15_000
+    plan = session_plan(
+        steps=3, context={**FOLD, "max_tokens": 6_000}, provider={"max_output_tokens": 8_000}
+    )
+    session = AmplifierSession(plan)
+    await session.initialize()
+    try:
+        for index in range(tools):
+            tool = CatalogTool(index)
+            await session.coordinator.mount("tools", tool, name=tool.name)
+        with pytest.raises(Exception, match="over max_tokens=6,000"):
+            await session.execute("Research the lanterns, one topic at a time.")
+        provider = session.coordinator.get("providers")["scripted"]
+        assert provider.count_calls >= 1 and not chat(provider.records)
+    finally:
+        await session.cleanup()
+
+
+# -- issue 18, item 12: a rollback that lands while commit() waits for the lock --------------
+
+
+async def test_a_rollback_while_commit_waits_for_the_lock_wins_and_nothing_is_applied() -> None:
+    events: list[tuple[str, dict[str, Any]]] = []
+    context = await filled(fold(on_event=lambda e, d: events.append((e, d))))
+    own = sum(context.counter.count_message(m) for m in await context.get_messages_for_request())
+    count = Counter(context, overhead=context.last_report.trigger - own + 500)
+    result = await context.get_measured_request_view(
+        provider=None, retain_contents=[], count_view=count
+    )
+    transaction = result["transaction"]
+    assert transaction is not None
+    before = await sticky(context)
+    events.clear()
+
+    # Another request holds the context's lock while its count is under way.
+    counting, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_count(_view: list[dict[str, Any]]) -> dict[str, Any]:
+        counting.set()
+        await release.wait()
+        return {"dispatch": "other", "budget_decision": decision(100)}
+
+    other = asyncio.create_task(
+        context.get_measured_request_view(provider=None, retain_contents=[], count_view=slow_count)
+    )
+    await counting.wait()
+    commit = asyncio.create_task(transaction.commit())
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not commit.done()  # waiting for the lock
+    transaction.rollback()  # the dispatch was abandoned meanwhile
+    release.set()
+    assert await commit is False
+    await other
+    assert await sticky(context) == before  # rollback won: nothing applied...
+    assert not [e for e, _ in events if e == "context:compaction"]  # ...nor reported
+    assert await transaction.commit() is False
+
+
+async def test_a_rollback_after_the_commit_took_the_lock_changes_nothing() -> None:
+    pending: list[Any] = []  # the transaction, once there is one
+    rolled_back: list[bool] = []
+
+    async def on_event(event: str, data: dict[str, Any]) -> None:
+        # The commit's own events are emitted after it applied: a rollback there is late.
+        if event == "context:compaction" and pending and not rolled_back:
+            pending[0].rollback()
+            rolled_back.append(True)
+
+    context = await filled(fold(on_event=on_event))
+    own = sum(context.counter.count_message(m) for m in await context.get_messages_for_request())
+    count = Counter(context, overhead=context.last_report.trigger - own + 500)
+    result = await context.get_measured_request_view(
+        provider=None, retain_contents=[], count_view=count
+    )
+    transaction = result["transaction"]
+    pending.append(transaction)
+    assert await transaction.commit() is True
+    assert rolled_back
+    committed = await sticky(context)
+    assert committed != (frozenset(), frozenset(), 0)
+    view = await context.get_messages_for_request()
+    assert len(view) == len(result["base_view"])  # the committed view stands

@@ -16,6 +16,7 @@ provider accepts.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from typing import Any
 
@@ -153,7 +154,15 @@ def check_view(ctx: ContextFold, history: list[dict], view: list[dict], budget: 
     humans = [m for m in history if (m.get("metadata") or {}).get("source") == "user"]
     if humans:
         assert humans[0] in view and humans[-1] in view
-    assert history[-1] in view  # the current turn
+    # The current turn: whole, or a tool result of the newest group shortened to fit, paired
+    # and naming its recall id (never a human prompt or a system message).
+    if history[-1] not in view:
+        last = history[-1]
+        ids = result_ids_of(last)
+        assert ids, last
+        (shown,) = [m for m in view if result_ids_of(m) == ids]
+        marker = f'context_recall(\\"r{len(history) - 1}\\", offset='
+        assert marker in json.dumps(shown["content"]), shown
     for m in view:
         content = m.get("content")
         if isinstance(content, list):

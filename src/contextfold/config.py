@@ -42,7 +42,9 @@ class ContextConfig:
     max_tokens: int | None = None
     max_tokens_fallback: int = 200_000
     output_reserve_fraction: float = 0.5
-    safety_margin: int = 4096
+    # Tokens kept free below the window and the input limit. None: the contract's 4096, at
+    # most 1/32 of the window (see `budget.margin_for`); a number is used as given.
+    safety_margin: int | None = None
     # Ingress cap on tool-result text.
     max_tool_result_bytes: int = 131_072
     # Compaction trigger and target, as fractions of the effective budget less the notice reserve.
@@ -80,7 +82,8 @@ class ContextConfig:
         _check_optional_positive_int("max_tokens", self.max_tokens)
         _check_positive_int("max_tokens_fallback", self.max_tokens_fallback)
         _check_fraction("output_reserve_fraction", self.output_reserve_fraction, allow_zero=True)
-        _check_int_at_least("safety_margin", self.safety_margin, 0)
+        if self.safety_margin is not None:
+            _check_int_at_least("safety_margin", self.safety_margin, 0)
         _check_int_at_least("max_tool_result_bytes", self.max_tool_result_bytes, 1024)
         _check_fraction("compact_threshold", self.compact_threshold, allow_zero=False)
         _check_fraction("target_usage", self.target_usage, allow_zero=False)

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from .budget import BudgetDecision, derive_budget
 from .compaction import snapshot as fold_snapshot
+from .compaction.cadence import Cadence
 from .compaction.floor import floor_error
 from .compaction.planner import (
     PassResult,
@@ -59,7 +60,7 @@ from .history import Admission, Appended, History
 from .ingress import IngressClip
 from .measured import measured_request_view
 from .messages import Kind
-from .meter import MeterStats, UsageReading, read_usage
+from .meter import MeterStats, UsageReading, read_usage, readings_agree
 from .recall import DEFAULT_MAX_TOKENS as DEFAULT_RECALL_TOKENS
 from .recall import recall_message
 from .repair import Repair
@@ -199,12 +200,14 @@ class ContextFold:
         # (protection held it up): the next pass then waits until the view has really
         # grown, instead of re-running on every request for a few tokens.
         self._missed_target_at: int | None = None
+        self._cadence = Cadence()  # how often passes come (see `compaction.cadence`)
         self._summaries_adopted = False  # a resumed history takes up its stored summary once
         self._reminders: dict[str, int] = {}
         for index, entry in enumerate(history.entries):
             self._index_reminder(index, entry.info.reminder, entry.message)
         # The meter's last reading describes a request over the old history: forget it.
         self._last_reading: UsageReading | None = None
+        self._aside_reading: UsageReading | None = None  # see `_set_aside_suspect_reading`
         self._last_delivered_raw: int | None = None
 
     def _index_reminder(self, index: int, is_reminder: bool, message: Mapping[str, Any]) -> None:
@@ -322,6 +325,7 @@ class ContextFold:
             # provider's own input limit, before ending the session (the provider refuses
             # what it must, and the loop refits).
             candidate = capped
+            distrusted = False
             while True:
                 try:
                     view, events = await self._plan_request(
@@ -331,14 +335,24 @@ class ContextFold:
                 except ContextLengthError:
                     looser = _looser_budget(candidate, decision)
                     if looser is None:
-                        raise
+                        # One usage reading must not lock a session out: a correction no
+                        # second reading confirmed is set aside, and planning starts over.
+                        if distrusted or not self._set_aside_suspect_reading(decision):
+                            raise
+                        distrusted, looser = True, capped
                     candidate = looser
+            if distrusted:
+                logger.warning(
+                    "context-fold: one usage reading raised the estimate so far that this "
+                    "request would have been refused; that reading is set aside until another "
+                    "one agrees with it"
+                )
             if candidate.margin_waived and not self._margin_waived:
                 logger.warning(
                     "context-fold: the content this request cannot go without does not fit the "
                     "budget with its %d-token safety margin; fitting requests to the "
                     "provider's input limit (%d tokens) instead",
-                    self.config.safety_margin,
+                    candidate.safety_margin or 0,
                     candidate.effective_budget,
                 )
             self._margin_waived = candidate.margin_waived
@@ -605,8 +619,14 @@ class ContextFold:
         messages_size = measured - math.ceil(self._notice_cost * ratio)
         # When protection held the last pass above its target, a pass at the trigger would
         # find the same floor and win a few tokens per request, rewriting the prompt prefix
-        # each time: wait for the hard limit instead (still inside the budget).
-        fires_at = usable if self._missed_target_at is not None and not hard_fit else trigger
+        # each time: wait for the hard limit instead, the budget less the notice the view
+        # carries (not its whole reserve, which a floor near the budget would leave no
+        # room above).
+        fires_at = (
+            budget - math.ceil(self._notice_cost * ratio)
+            if self._missed_target_at is not None and not hard_fit
+            else trigger
+        )
         result: PassResult | None = None
         delivered, delivered_raw = self._view, before_raw
         # Never deliver a view over the budget by either figure: an under-reporting meter
@@ -616,6 +636,9 @@ class ContextFold:
 
             def raw(tokens: int) -> int:
                 return max(0, math.floor((tokens - overhead) / ratio) - request_raw)
+
+            # Passes coming every few requests go deeper (see `cadence`).
+            deep = target if hard_fit else self._cadence.target(messages_size, trigger, target)
 
             base, adopted = self._state, False
             blocks: list[tuple[int, ...]] = []
@@ -635,8 +658,8 @@ class ContextFold:
                 history,
                 base,
                 counter=self.counter,
-                target_raw=raw(target),
-                limit_raw=raw(trigger),
+                target_raw=raw(deep),
+                limit_raw=raw(trigger if deep == target else deep),
                 budget_raw=raw(budget),
                 retained=retained,
                 notice_reserve=reserve,
@@ -675,6 +698,7 @@ class ContextFold:
                 self._summaries_adopted = self._summaries_adopted or adopted
                 messages_after = math.ceil(result.raw_total * ratio) + overhead
                 self._missed_target_at = None if messages_after <= target else messages_after
+                self._cadence.passed(messages_after)
             else:
                 # Nothing new to commit, or a pass that would make the request bigger (a
                 # notice costing more than it saved) on a view that fits as it stands.
@@ -685,6 +709,8 @@ class ContextFold:
             after_estimate = math.ceil(delivered_raw * ratio) + fixed
         else:
             after_estimate = estimate
+        if result is None:
+            self._cadence.waited()
 
         report = self._report(
             decision,
@@ -921,6 +947,23 @@ class ContextFold:
         if not cfg.compaction_notice_enabled:
             return 0
         return min(cfg.compaction_notice_token_reserve, math.floor(budget * NOTICE_MAX_SHARE))
+
+    def _set_aside_suspect_reading(self, decision: BudgetDecision) -> bool:
+        """Set aside what one usage reading alone raised (a calibrated counter's unconfirmed
+        correction; in actual mode the reading itself) before a request is refused on its
+        word; True if anything was. The next reading confirms or drops it."""
+        model = decision.model or self._model
+        counter = self.counter
+        calibrated = isinstance(counter, CalibratedCounter) and counter.set_aside(model)
+        reading = self._last_reading
+        measured = self.config.token_meter == "actual" and reading is not None
+        if measured and (calibrated or not readings_agree(self._aside_reading, reading)):
+            # In actual mode the reading itself drives the size; it stays aside until a
+            # later reading agrees with it.
+            self._aside_reading, self._last_reading = reading, None
+        elif not calibrated:
+            return False
+        return True
 
     def _measure(self, estimate: int, view_raw: int, ratio: float) -> tuple[int, str]:
         """The size the trigger compares: the estimate, or in actual mode the last real

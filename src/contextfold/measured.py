@@ -69,8 +69,14 @@ class Count:
     measured: int | None  # the provider's raw input count; None when unavailable
 
     @property
+    def size(self) -> int:
+        """The larger of the two figures: the provider's own count is never overruled by
+        its estimate, nor the estimate by a count that says less."""
+        return max(self.estimated, self.measured or 0)
+
+    @property
     def hard_over(self) -> bool:
-        return self.estimated > self.limit
+        return self.size > self.limit
 
 
 def read_count(attempt: Any) -> Count | None:
@@ -115,11 +121,17 @@ class MeasuredTransaction:
     ``is_cancelled`` predicate says the dispatch was abandoned, or the sticky state moved
     since the offer (False: nothing applied). ``rollback()`` undoes what was applied or
     drops what was staged. Both are idempotent; the first terminal result stands.
+
+    ``apply(claim)`` waits for the context's lock and, holding it, calls ``claim()`` before it
+    changes anything: the claim settles the transaction as committed, and fails when a
+    ``rollback()`` landed while the commit waited. So a rollback either comes first and
+    nothing is applied or reported, or comes after the claim and changes nothing: never a
+    False commit with its compaction applied.
     """
 
     def __init__(
         self,
-        apply: Callable[[], Awaitable[bool]],
+        apply: Callable[[Callable[[], bool]], Awaitable[bool]],
         undo: Callable[[], None],
     ) -> None:
         self._apply = apply
@@ -136,13 +148,22 @@ class MeasuredTransaction:
         if is_cancelled is not None and is_cancelled():
             self.rollback()
             return False
-        applied = await self._apply()
-        if self._result is not None:  # rolled back while applying: rollback wins
-            return self._result
-        if not applied:
-            self._undo()
-        self._result = applied
-        return applied
+        try:
+            applied = await self._apply(self._claim)
+        except BaseException:
+            if self._result is True:  # claimed, then failed: a rollback may still undo it
+                self._result = None
+            raise
+        if self._result is None:  # not applied, and no rollback either: settle it as such
+            self._result = False
+        return bool(self._result) and applied
+
+    def _claim(self) -> bool:
+        """Settle as committed, unless a rollback settled it first (then apply nothing)."""
+        if self._result is not None:
+            return False
+        self._result = True
+        return True
 
     def rollback(self) -> None:
         if self._result is not None:
@@ -372,9 +393,13 @@ class _Negotiation:
             if self.messages_size(best) <= self.target and not count.hard_over:
                 outcome = TARGET_REACHED
                 break
-        # The provider's count is exact: only its hard limit refuses a request. Over the
-        # context's own budget (which keeps a margin for estimation error) but under that
-        # limit is a protected floor, dispatched and reported as such.
+        # The provider's count is exact: over its hard limit, the orchestrator's output
+        # ladder may still let the request in; over max_tokens (the user's cap, which a
+        # smaller output reserve does not move) nothing can, as on the message-only path.
+        # Between the target and the budget is a protected floor, dispatched as such.
+        cap = self.context.config.max_tokens
+        if cap is not None and best.count.size > cap:
+            raise _cap_error(best.count, cap, self.context)
         if best.count.hard_over:
             return await self.fit(first, best, fit_output)
         return self.envelope(outcome, first, best, self.stage(best))
@@ -390,13 +415,20 @@ class _Negotiation:
             raise _hard_error(best.count, self.context, "no output fit")
         count = read_count(fitted)
         calls = fitted.get("count_calls") if isinstance(fitted, Mapping) else None
-        if count is None or count.measured is None or count.hard_over or not _count(calls):
+        if (
+            count is None
+            or count.measured is None
+            or count.estimated > count.limit
+            or not _count(calls)
+        ):
             raise TypeError(
                 "context-fold: fit_output must return a newly counted envelope with a provider "
                 "measurement, a hard-safe estimate and a positive count_calls, or None"
             )
         if calls <= 0:
             raise TypeError("context-fold: fit_output's count_calls must be positive")
+        if count.hard_over:  # the provider's own count says no, whatever its estimate
+            raise _hard_error(count, self.context, "no output fit")
         self.calls += calls
         fitted_candidate = _Candidate(best.view, best.raw, best.notice_cost, count, best.result)
         return self.envelope(REDUCED_OUTPUT, first, fitted_candidate, self.stage(best))
@@ -413,10 +445,12 @@ class _Negotiation:
         overhead = candidate.count.measured - math.ceil(candidate.raw * ratio)  # type: ignore[operator]
         applied: list[Any] = []
 
-        async def apply() -> bool:
+        async def apply(claim: Callable[[], bool]) -> bool:
             async with context._lock:
                 if context._state is not base:
                     return False  # another request moved the sticky state since the offer
+                if not claim():
+                    return False  # rolled back while this commit waited for the lock
                 before = (context._state, context._notice, context._notice_cost)
                 missed_before = context._missed_target_at
                 context._commit(result)
@@ -487,12 +521,24 @@ def _as_result(context: ContextFold) -> PassResult:
 
 def _hard_error(count: Count, context: ContextFold, reason: str) -> Exception:
     return context_length_error(
-        f"context-fold: the request {reason}: the provider estimates {count.estimated:,} "
+        f"context-fold: the request {reason}: the provider counts {count.size:,} "
         f"input tokens over its hard limit of {count.limit:,}, and no legal reduction "
         "brings it under. Raise the model's window, lower the output reserve, or start a "
         "new session.",
-        required_tokens=count.estimated,
+        required_tokens=count.size,
         budget=count.limit,
+        model=context._model,
+    )
+
+
+def _cap_error(count: Count, cap: int, context: ContextFold) -> Exception:
+    return context_length_error(
+        f"context-fold: the provider counts the request at {count.size:,} input tokens, over "
+        f"max_tokens={cap:,}, after every legal reduction (what is left is the content a "
+        "request cannot go without, the tool schemas and the orchestrator's instructions). "
+        "Raise max_tokens, send fewer tool schemas, or start a new session.",
+        required_tokens=count.size,
+        budget=cap,
         model=context._model,
     )
 
@@ -522,8 +568,8 @@ async def _legacy(
             context._commit_restored(*before)
             context._state_dirty = True
 
-    async def apply() -> bool:
-        return True
+    async def apply(claim: Callable[[], bool]) -> bool:
+        return claim()
 
     transaction = MeasuredTransaction(apply, undo)
     try:

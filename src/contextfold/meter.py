@@ -41,6 +41,18 @@ class UsageReading:
     view_raw: int | None  # raw estimate of the view that request carried, if we delivered one
 
 
+def readings_agree(
+    earlier: UsageReading | None, later: UsageReading, tolerance: float = 0.1
+) -> bool:
+    """Whether two readings say the same about the views they answered: billed over raw
+    estimate within ``tolerance`` of each other. A lone reading agrees with nothing."""
+    if earlier is None or not earlier.view_raw or not later.view_raw:
+        return False
+    first = earlier.actual / earlier.view_raw
+    second = later.actual / later.view_raw
+    return max(first, second) <= min(first, second) * (1.0 + tolerance)
+
+
 def read_usage(data: Mapping[str, Any]) -> tuple[int, int, int, str | None] | None:
     """(occupancy, cache_read, cache_write, model) from an ``llm:response`` payload, or None.
 

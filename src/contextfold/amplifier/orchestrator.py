@@ -448,12 +448,7 @@ class _Turn:
             smaller = request.model_copy(update={"max_output_tokens": cap})
             decision = await self._count(smaller)
             calls += 1
-            if (
-                isinstance(decision, Mapping)
-                and _positive(decision.get("input_limit_tokens"))
-                and isinstance(decision.get("estimated_input_tokens"), int)
-                and decision["estimated_input_tokens"] <= decision["input_limit_tokens"]
-            ):
+            if _fits_its_limit(decision):
                 return {"dispatch": smaller, "budget_decision": decision, "count_calls": calls}
         return None
 
@@ -777,6 +772,20 @@ def _provider_output_cap(provider: Any) -> int | None:
 
 def _positive(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _fits_its_limit(decision: Any) -> bool:
+    """Whether a provider's budget decision puts the request under its input limit, by its
+    estimate and by its own count alike."""
+    if not isinstance(decision, Mapping) or not _positive(decision.get("input_limit_tokens")):
+        return False
+    limit = decision["input_limit_tokens"]
+    estimated = decision.get("estimated_input_tokens")
+    if not isinstance(estimated, int) or isinstance(estimated, bool) or estimated > limit:
+        return False
+    measurement = decision.get("measurement")
+    counted = measurement.get("input_tokens") if isinstance(measurement, Mapping) else None
+    return not (isinstance(counted, int) and counted > limit)
 
 
 async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> None:

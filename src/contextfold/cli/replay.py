@@ -27,8 +27,9 @@ from contextfold.errors import ConfigError, MessageValidationError
 from contextfold.manager import ContextFold
 from contextfold.report import RequestReport
 
-# The output reserve a replayed "model" declares. Budgets follow the main contract's
-# formula (window - 0.5 * max_output_tokens - safety margin), so this only moves the budget.
+# The output reserve a replayed "model" declares. The budget is the window less this whole
+# reserve and the margin (the provider's input limit; see `contextfold.budget`), so this only
+# moves the budget.
 DEFAULT_MAX_OUTPUT_TOKENS = 4096
 # How often ``on_progress`` hears about admitted messages: rare enough to cost nothing.
 PROGRESS_EVERY = 1000

@@ -12,10 +12,11 @@ from typing import Any
 
 from ..history import History
 from ..tokens import TokenCounter
+from .newest_results import shorten_newest_results
 from .notice import build_notice
 from .protection import Protection, compute_protection
 from .relaxation import Relaxation
-from .rungs import DEFAULT_LADDER, Rung
+from .rungs import DEFAULT_LADDER, Rung, TruncateToolResults
 from .working import FoldState, WorkingView
 
 
@@ -134,7 +135,7 @@ def run_pass(
     goal_raw = max(0, min(room_raw, budget_raw - header_cost))
     started_above_limit = work.raw_total > limit_raw
     level = _run_ladder(work, ladder, target_raw, limit_raw, protect)
-    while relaxation < max(Relaxation) and (
+    while relaxation < Relaxation.CURRENT_PROMPT_TURNS and (
         work.raw_total + header_cost > budget_raw
         or (started_above_limit and work.raw_total > room_raw)
     ):
@@ -142,8 +143,16 @@ def run_pass(
         work.protection = protect()
         work.limit_raw = goal_raw
         level = max(level, _run_ladder(work, ladder, goal_raw, goal_raw, protect))
+    # Still over the budget with every soft protection gone: the newest group's results are
+    # shortened in the view, as far as the budget needs, before the request is refused.
+    if work.raw_total > budget_raw and shorten_newest_results(work, budget_raw):
+        relaxation = Relaxation.NEWEST_RESULTS_SHORTENED
+        level = max(level, TruncateToolResults.level)
     state.level = max(state.level, level)
-    room = max(0, budget_raw - work.raw_total)
+    # The notice takes at most half the room left under the budget: where protection holds
+    # the view near the budget, a notice filling the rest would put the next request over
+    # it and compact every request. There it shrinks, or leaves (see `_fitted_notice`).
+    room = max(0, budget_raw - work.raw_total) // 2
     notice, notice_cost = _fitted_notice(
         history,
         state,

@@ -14,8 +14,13 @@ planner relaxes one step at a time, in this order, and re-runs the ladder after 
 
 Then the notice shrinks to its header, then goes (see `planner`). Only the required core
 (system messages, first and last human prompt, retained reminders, loaded-tool state, the
-newest call group and the last message) is never relaxed; when it alone exceeds the
-budget the request is refused with `ContextLengthError`.
+newest call group and the last message) is never relaxed, with one exception:
+
+4. ``newest_results_shortened``: when the view is still over the budget, the newest call
+   group's tool results are shortened in the view, head and tail with a recall marker (see
+   `newest_results`); the group stays whole and paired.
+
+When even that does not fit, the request is refused with `ContextLengthError`.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ class Relaxation(IntEnum):
     RECENT = 1
     RECENT_TOOL_RESULTS_SHORTENED = 2
     CURRENT_PROMPT_TURNS = 3
+    # Not a protection that yields (`protection` never reads it): the planner's last step.
+    NEWEST_RESULTS_SHORTENED = 4
 
     @property
     def label(self) -> str:
@@ -56,6 +63,7 @@ RELAXATION_LABELS = {
     Relaxation.RECENT: "recent",
     Relaxation.RECENT_TOOL_RESULTS_SHORTENED: "recent_tool_results_shortened",
     Relaxation.CURRENT_PROMPT_TURNS: "current_prompt_turns",
+    Relaxation.NEWEST_RESULTS_SHORTENED: "newest_results_shortened",
 }
 
 RELAXATION_ORDER = tuple(level.label for level in Relaxation if level > Relaxation.NONE)

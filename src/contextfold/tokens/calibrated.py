@@ -51,6 +51,15 @@ agreement:
 6. Over an exact tokenizer, a reading beyond the ratio's bound (a request billed at more
    than three times its exact count) is not a ratio at all: the excess goes to the fixed
    part, as far as the bound would have taken this request's estimate, and the ratio stays.
+7. Quick is not final. An upward correction (one reading raising the estimate of its own
+   request by more than ``tolerance``) rests on that reading's word until a later reading
+   agrees with it (comes in at the corrected level, within ``tolerance``). Until then it is
+   *suspect*: :meth:`set_aside` (the manager calls it when the corrected estimate would
+   refuse a request that fits without it) goes back to what the counter said before and
+   keeps the correction aside; the next reading takes it back up if it agrees, else it is
+   dropped. One misread figure (20,000 tokens billed for a 5,748-token view) can therefore
+   never lock a session out: it would refuse every later request, and with no request sent
+   no reading could ever correct it. A correction two readings agree on is a fact and stays.
 """
 
 from __future__ import annotations
@@ -124,6 +133,15 @@ class _ModelState:
     samples: int = field(default=0)
     fixed: int = 0
     readings: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=FIT_READINGS))
+    # Rule 7: (log_ratio, fixed) before an upward correction no later reading has agreed
+    # with yet; and a correction `set_aside` took back, waiting for the next reading's word.
+    suspect: tuple[float, int] | None = None
+    aside: tuple[float, int] | None = None
+
+    def estimate(self, raw: int, calibration: tuple[float, int] | None = None) -> float:
+        """The estimate of a request of ``raw`` tokens under ``calibration`` (else this one)."""
+        log_ratio, fixed = calibration or (self.log_ratio, self.fixed)
+        return raw * math.exp(log_ratio) + fixed
 
 
 def _check_count(value: Any, what: str) -> int:
@@ -282,6 +300,7 @@ class CalibratedCounter:
             state = self._states[model] = _ModelState(
                 log_ratio=self._log_prior, recent=deque(maxlen=self.agreement)
             )
+        before = (state.log_ratio, state.fixed)
         # What the messages cost once the fixed part is set aside, as a log ratio; a reading
         # at or below the fixed part alone asks for the lowest ratio there is.
         net = actual - state.fixed
@@ -296,6 +315,8 @@ class CalibratedCounter:
             state.readings.append((estimated, actual))
         if self._fit(state):
             accepted = True
+        if self._judged(state, before, estimated, actual):
+            accepted = True
         self._last_model = model
         return CalibrationUpdate(
             model=model,
@@ -306,6 +327,49 @@ class CalibratedCounter:
             accepted=accepted,
             fixed=state.fixed,
         )
+
+    def _judged(
+        self, state: _ModelState, before: tuple[float, int], estimated: int, actual: int
+    ) -> bool:
+        """Rule 7: note an upward correction as suspect, or a reading agreeing with one as
+        its confirmation. True when a correction set aside was taken back up."""
+        # Readings past any window are misread; floats cannot hold the largest of them.
+        estimated, actual = min(estimated, MAX_FITTED_READING), min(actual, MAX_FITTED_READING)
+        agrees_at = actual * (1.0 + self.tolerance) + 1  # a level this reading agrees with
+        aside, state.aside = state.aside, None
+        if aside is not None and state.estimate(estimated, aside) <= agrees_at:
+            # The provider says again what the correction set aside said: it is a fact.
+            raised = state.estimate(estimated, aside) > state.estimate(estimated)
+            if raised:
+                state.log_ratio, state.fixed = aside
+            state.suspect = None
+            return raised
+        now = state.estimate(estimated)
+        if now > state.estimate(estimated, before) * (1.0 + self.tolerance) + 1:
+            if state.suspect is None:  # keep the level before the first unconfirmed step
+                state.suspect = before
+        elif state.suspect is not None and now <= agrees_at:
+            state.suspect = None  # a later reading at the corrected level confirms it
+        return False
+
+    def suspect(self, model: str | None) -> bool:
+        """Whether ``model``'s estimate rests on an upward correction that only one reading
+        has made so far (rule 7)."""
+        state = self._learned(model)
+        return state is not None and state.suspect is not None
+
+    def set_aside(self, model: str | None) -> bool:
+        """Go back to the calibration before ``model``'s unconfirmed upward correction, and
+        keep the correction aside for the next reading to confirm or drop (rule 7). False
+        when there is none: every correction in force was confirmed."""
+        state = self._learned(model)
+        if state is None or state.suspect is None:
+            return False
+        state.aside = (state.log_ratio, state.fixed)
+        state.log_ratio, state.fixed = state.suspect
+        state.suspect = None
+        state.recent.clear()  # the readings behind the correction are not the ratio's word
+        return True
 
     def _update(self, state: _ModelState, observed: float) -> bool:
         state.samples += 1
@@ -405,6 +469,12 @@ class CalibratedCounter:
                 "ratio": math.exp(state.log_ratio),
                 "samples": state.samples,
                 "fixed": state.fixed,
+                # An unconfirmed correction stays one on resume (rule 7).
+                **(
+                    {"suspect": [math.exp(state.suspect[0]), state.suspect[1]]}
+                    if state.suspect is not None
+                    else {}
+                ),
             }
             for model, state in self._states.items()
             if state.samples
@@ -427,7 +497,21 @@ class CalibratedCounter:
                 recent=deque(maxlen=self.agreement),
                 samples=samples,
                 fixed=max(0, fixed),
+                suspect=self._restored_suspect(value.get("suspect")),
             )
+
+    def _restored_suspect(self, value: Any) -> tuple[float, int] | None:
+        """A snapshot's ``suspect`` calibration ([ratio, fixed]); None if absent or odd."""
+        if not isinstance(value, list | tuple) or len(value) != 2:
+            return None
+        ratio, fixed = value
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not ratio > 0:
+            return None
+        if isinstance(fixed, bool) or not isinstance(fixed, int) or fixed < 0:
+            return None
+        if not math.isfinite(ratio):
+            return None
+        return min(self._log_max, max(self._log_min, math.log(ratio))), fixed
 
     def __repr__(self) -> str:
         return f"CalibratedCounter({self.base!r}, ratios={self.ratios()!r})"
