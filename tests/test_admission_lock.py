@@ -54,7 +54,7 @@ async def test_a_message_added_during_a_pass_waits_for_the_request() -> None:
 
 
 async def test_the_lock_is_idle_only_when_free_and_no_one_waits() -> None:
-    from contextfold.manager import _Lock
+    from contextfold.context_lock import ContextLock as _Lock
 
     lock = _Lock()
     assert lock.idle()

@@ -295,7 +295,7 @@ def varied_context(store: Any) -> ContextFold:
 
 def history_facts(context: ContextFold) -> Any:
     """Everything history derived from its messages, for comparing two histories."""
-    history = context._history
+    history = context._state.history
     return (
         [(e.message, e.info, e.cost, e.unit, e.view, e.inspected) for e in history.entries],
         [(u.entries, u.calls, u.pending, u.closed, u.synthetic) for u in history.units],
@@ -329,7 +329,7 @@ async def test_the_stored_classification_is_what_inspecting_the_stored_message_s
     context = varied_context(any_store)
     for message in VARIED:
         await context.add_message(message)
-    assert len(context._history.repairs) >= 5  # the faults above were all admitted
+    assert len(context._state.history.repairs) >= 5  # the faults above were all admitted
     # add_message (one append each), then set_messages (one replacement) write the same.
     for _ in range(2):
         rows = await stored_rows(any_store)

@@ -16,7 +16,7 @@ import pytest
 from contextfold import ConfigError, ContextConfig, ContextFold
 from contextfold.compaction.clear import ClearToolResults
 from contextfold.compaction.ladder import DEFAULT_STRATEGIES, RUNGS
-from contextfold.compaction.planner import assemble_view, run_pass
+from contextfold.compaction.planner import PassPlan, PassSettings, assemble_view, run_pass
 from contextfold.compaction.rungs import (
     DEFAULT_LADDER,
     DropOldest,
@@ -51,15 +51,19 @@ def compact(history: History, ladder: tuple, *, target_raw: int = 0, **settings:
         "truncate_chars": 250,
         "notice_enabled": False,
     } | settings
+    reserve = options.pop("notice_reserve", 800)
     result = run_pass(
         history,
         FoldState(),
-        counter=COUNTER,
-        target_raw=target_raw,
-        limit_raw=max(target_raw, history.raw_total),
-        budget_raw=10**9,
-        ladder=ladder,
-        **options,
+        COUNTER,
+        PassSettings(**options),
+        PassPlan(
+            target_raw=target_raw,
+            limit_raw=max(target_raw, history.raw_total),
+            budget_raw=10**9,
+            notice_reserve=reserve,
+            ladder=ladder,
+        ),
     )
     view = assemble_view(history, result.state, result.notice)
     assert_pairing(view)
@@ -519,15 +523,13 @@ def test_a_cleared_result_is_not_cleared_again() -> None:
     second = run_pass(
         history,
         first.state,
-        counter=COUNTER,
-        target_raw=0,
-        limit_raw=0,
-        budget_raw=10**9,
-        protected_recent=0.0,
-        protected_tool_results=0,
-        truncate_chars=250,
-        notice_enabled=False,
-        ladder=(ClearToolResults(keep_last=1),),
+        COUNTER,
+        PassSettings(
+            protected_recent=0.0, protected_tool_results=0, truncate_chars=250, notice_enabled=False
+        ),
+        PassPlan(
+            target_raw=0, limit_raw=0, budget_raw=10**9, ladder=(ClearToolResults(keep_last=1),)
+        ),
     )
     assert second.changed == {} and second.state.truncated == first.state.truncated
 

@@ -24,6 +24,7 @@ LAYERS: dict[str, int] = {
     "budget": 1,
     "meter": 1,
     "views": 1,
+    "context_lock": 1,
     "messages": 2,
     "common_shapes": 2,
     "admission": 3,
@@ -38,6 +39,11 @@ LAYERS: dict[str, int] = {
     "config": 6,
     "report": 6,
     "manager": 7,
+    "context_state": 7,
+    "delivery": 7,
+    "persistence": 7,
+    "summary_pass": 7,
+    "usage_feed": 7,
     "measured": 7,
     "request": 7,
     "oneshot": 7,
@@ -68,7 +74,7 @@ def layer_of(module: str) -> int:
 
 
 # Imports still to be turned around (each removal makes the tests below stricter).
-UNRESOLVED = {("budget", "config"), ("measured", "manager")}
+UNRESOLVED = {("budget", "config"), ("admission", "history")}
 
 MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 

@@ -91,8 +91,12 @@ async def filled(context: ContextFold, rounds: int = 8, chars: int = 1_600) -> C
 
 
 async def sticky(context: ContextFold) -> tuple[Any, ...]:
-    state = context._state
-    return (frozenset(state.removed_units), frozenset(state.truncated), context._notice_cost)
+    sticky = context._state.sticky
+    return (
+        frozenset(sticky.state.removed_units),
+        frozenset(sticky.state.truncated),
+        sticky.notice_cost,
+    )
 
 
 async def test_small_request_is_not_needed_with_one_count_and_no_transaction() -> None:
@@ -127,7 +131,7 @@ async def test_overhead_the_context_never_sees_triggers_and_the_target_is_reache
     assert result["base_view"] is count.views[-1]
     assert result["dispatch"] == ("request", len(count.views))
     # Bounded: the original count plus at most one per rung.
-    assert 2 <= result["count_calls"] == len(count.views) <= 1 + len(context._ladder)
+    assert 2 <= result["count_calls"] == len(count.views) <= 1 + len(context._planner.ladder)
     # Staged, not applied: the sticky state moves only on commit.
     assert await sticky(context) == before
     assert await result["transaction"].commit() is True

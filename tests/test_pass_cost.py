@@ -39,21 +39,23 @@ async def views(
         except ContextLengthError as error:
             seen.append(("refused", error.required_tokens))
         # The running total a pass starts from is the walked total of the sticky view.
-        assert context._view_raw == view_raw_total(context._history, context._state)
+        assert context._state.sticky.raw == view_raw_total(
+            context._state.history, context._state.sticky.state
+        )
         # What history lists for passes is what its entries say.
-        entries = context._history.entries
-        assert context._history.thinking_entries == {
+        entries = context._state.history.entries
+        assert context._state.history.thinking_entries == {
             i for i, e in enumerate(entries) if e.info.thinking
         }
-        assert context._history.pinned_entries == {
+        assert context._state.history.pinned_entries == {
             i
             for i, e in enumerate(entries)
             if e.info.kind is Kind.SYSTEM or e.info.loaded_tool_state
         }
         # The notice header's cost, kept once per role, is what this history would give.
         cfg = context.config
-        assert context._notice_header_cost() == notice_header_cost(
-            context._history, context.counter, cfg.truncate_chars, cfg.compaction_notice_role
+        assert context._planner.header_cost(context._state) == notice_header_cost(
+            context._state.history, context.counter, cfg.truncate_chars, cfg.compaction_notice_role
         )
     return seen
 
@@ -126,7 +128,7 @@ def test_history_lists_exactly_the_long_messages() -> None:
         await context.add_message(
             {"role": "user", "content": [{"type": "text", "text": "z" * 300}]}
         )
-        history = context._history
+        history = context._state.history
         expected = {
             i for i, e in enumerate(history.entries) if text_length(e.view) > LONG_TEXT_CHARS
         }

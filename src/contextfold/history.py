@@ -141,6 +141,9 @@ class History:
     long_texts: set[int] = field(default_factory=set, init=False)
     thinking_entries: set[int] = field(default_factory=set, init=False)
     pinned_entries: set[int] = field(default_factory=set, init=False)
+    # Persisted reminders by their text (the newest copy of each): what a request that must
+    # carry a reminder complete (``retain_contents``) looks up.
+    reminders: dict[str, int] = field(default_factory=dict, init=False)
     # Unanswered calls already reported, by the index of the turn that made them.
     reported_unanswered: dict[int, set[str]] = field(default_factory=dict, init=False)
     # What the compaction notice's digest says of a unit, by (unit, its message count): a
@@ -400,6 +403,8 @@ class History:
             self.thinking_entries.add(index)
         if info.kind is Kind.SYSTEM or info.loaded_tool_state:
             self.pinned_entries.add(index)
+        if info.reminder:
+            self.reminders[_plain_text(entry.message.get("content"))] = index
         self.entries.append(entry)
 
     def extend(self, messages: Iterable[Any]) -> list[IngressClip]:
@@ -513,3 +518,16 @@ def _result_block_positions(message: Mapping[str, Any], result_positions: list[i
         if isinstance(block, Mapping) and block.get("type") == "tool_result"
     ]
     return [blocks[k] for k in result_positions]
+
+
+def _plain_text(content: Any) -> str:
+    """A message's text as a reminder is named by (its text blocks joined)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(b.get("text", ""))
+            for b in content
+            if isinstance(b, Mapping) and b.get("type") == "text"
+        )
+    return ""

@@ -27,16 +27,15 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .budget import derive_budget
-from .compaction.planner import PassResult, assemble_view, run_pass
+from .compaction.planner import PassPlan, PassResult, assemble_view, run_pass
 from .conventions import normalize_retain_contents, resolve_system_prompt
+from .delivery import Planned, SystemPromptView, Thresholds
 from .errors import context_length_error
+from .request import RequestParts
 from .views import detached
-
-if TYPE_CHECKING:
-    from .manager import ContextFold, _SystemPrompt
 
 CountView = Callable[[list[dict[str, Any]]], Awaitable[Mapping[str, Any] | None]]
 FitOutput = Callable[[list[dict[str, Any]], Mapping[str, Any]], Awaitable[Any]]
@@ -184,7 +183,7 @@ class _Candidate:
 
 
 async def measured_request_view(
-    context: ContextFold,
+    parts: RequestParts,
     *,
     provider: Any,
     retain_contents: Any = (),
@@ -197,21 +196,23 @@ async def measured_request_view(
     if fit_output is not None and not callable(fit_output):
         raise TypeError("context-fold: fit_output must be an async callable or None")
     reminders = normalize_retain_contents(retain_contents)
-    if context.config.token_meter != "actual" or not provider_counts(provider):
-        return await _legacy(context, provider, reminders, count_view, calls=0)
-    text = await resolve_system_prompt(context._system_prompt_factory)
-    decision = await derive_budget(context.config, provider=provider)
-    async with context._lock:
-        await context._loaded()
-        decision = decision.with_refit_cap(context._refit_cap)
-        negotiation = _Negotiation(context, decision, reminders, context._system_prompt_view(text))
+    if parts.config.token_meter != "actual" or not provider_counts(provider):
+        return await _legacy(parts, provider, reminders, count_view, calls=0)
+    state = parts.state
+    text = await resolve_system_prompt(state.system_prompt_factory)
+    decision = await derive_budget(parts.config, provider=provider)
+    async with parts.lock:
+        await parts.loaded()
+        decision = decision.with_refit_cap(state.refit_cap)
+        prompt = parts.planner.system_prompt_view(state, text)
+        negotiation = _Negotiation(parts, decision, reminders, prompt)
         first = await negotiation.offer(count_view)
     if first.count.measured is None:
         if first.count.hard_over:
-            raise _hard_error(first.count, context, "cannot fit protected content")
+            raise _hard_error(first.count, parts, "cannot fit protected content")
         # The provider could not count: the legacy meter plans this request.
-        return await _legacy(context, provider, reminders, count_view, calls=1)
-    async with context._lock:
+        return await _legacy(parts, provider, reminders, count_view, calls=1)
+    async with parts.lock:
         envelope = await negotiation.reduce(first, count_view, fit_output)
     await negotiation.emit()
     return envelope
@@ -222,32 +223,34 @@ class _Negotiation:
 
     def __init__(
         self,
-        context: ContextFold,
+        parts: RequestParts,
         decision: Any,
         reminders: Sequence[str],
-        system_prompt: _SystemPrompt | None,
+        system_prompt: SystemPromptView | None,
     ) -> None:
-        self.context = context
+        self.parts = parts
+        self.state = state = parts.state
+        self.planner = planner = parts.planner
         self.decision = decision
         self.system_prompt = system_prompt
         self.calls = 0
-        self.model = decision.model or context._model
-        context._model = self.model
-        self.ratio = context._ratio(self.model)
-        self.request_raw = context.counter.request_overhead + (
+        self.model = decision.model or state.model
+        state.model = self.model
+        self.ratio = planner.ratio(self.model)
+        self.request_raw = planner.counter.request_overhead + (
             system_prompt.raw_change if system_prompt is not None else 0
         )
         self.set_budget(decision.effective_budget)
-        self.base = context._state
-        self.retained = context._find_reminders(reminders, decision)
+        self.base = state.sticky.state
+        self.retained = planner.find_reminders(state, reminders)
         self.first: _Candidate | None = None
         self.events: list[tuple[str, dict[str, Any]]] = []
 
     def set_budget(self, budget: int) -> None:
         """Trigger and target as fractions of ``budget`` less the notice's reserve."""
-        cfg = self.context.config
+        cfg = self.parts.config
         self.budget = budget
-        self.reserve = self.context._notice_reserve(budget)
+        self.reserve = self.planner.notice_reserve(budget)
         self.usable = max(0, budget - self.reserve)
         self.trigger = math.floor(cfg.compact_threshold * self.usable)
         self.target = math.floor(cfg.target_usage * self.usable)
@@ -255,28 +258,26 @@ class _Negotiation:
     def delivered(self, final: _Candidate, result: PassResult | None) -> list[tuple[str, Any]]:
         """Record ``final`` as the delivered request (report, meter bookkeeping) and return
         the events to emit once the lock is released, as the legacy path does."""
-        context, first = self.context, self.first
+        first = self.first
         assert first is not None
-        report = context._report(
+        limits = Thresholds(self.trigger, self.target, self.ratio, False, "provider_count")
+        planned = Planned(
+            [],  # no messages: the caller already holds the counted view; only bookkeeping
+            final.raw,
             self.decision,
             first.count.measured or 0,
             final.count.measured or 0,
             len(first.view),
             len(final.view),
-            ratio=self.ratio,
-            trigger=self.trigger,
-            target=self.target,
-            hard_fit=False,
-            result=result,
-            source="provider_count",
+            limits,
+            result,
         )
-        # No messages: the caller already holds the counted view; only the bookkeeping.
-        return context._deliver([], final.raw, self.decision, report, result)[1]
+        return self.planner.delivery.deliver(self.state, planned)[1]
 
     async def emit(self) -> None:
         events, self.events = self.events, []
         for event, data in events:
-            await self.context._events.emit(event, data)
+            await self.parts.events.emit(event, data)
 
     def public(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The view as the caller gets it (the system prompt factory's text in front)."""
@@ -293,20 +294,15 @@ class _Negotiation:
 
     async def offer(self, count_view: CountView) -> _Candidate:
         """Count the sticky view (with any retained reminder restored)."""
-        context = self.context
-        if context._view_stale:
-            context._view = assemble_view(context._history, context._state, context._notice)
-            context._view_stale = False
-        restore = any(
-            i in self.base.truncated or context._history.entries[i].unit in self.base.removed_units
-            for i in self.retained
-        )
+        history, sticky = self.state.history, self.state.sticky
+        messages = sticky.current(history)
+        restore = any(sticky.compacted(history, i) for i in self.retained)
         result = None
-        messages, notice_cost = context._view, context._notice_cost
-        raw = context._view_raw + notice_cost + self.request_raw
+        notice_cost = sticky.notice_cost
+        raw = sticky.raw + notice_cost + self.request_raw
         if restore:
             result = self.compact(ladder=(), overhead=0)
-            messages = assemble_view(context._history, result.state, result.notice)
+            messages = assemble_view(history, result.state, result.notice)
             notice_cost = result.notice_cost
             raw = result.raw_total + notice_cost + self.request_raw
         view = self.public(messages)
@@ -316,24 +312,20 @@ class _Negotiation:
         return _Candidate(view, raw, notice_cost, count, result)
 
     def compact(self, *, ladder: Sequence[Any], overhead: int) -> PassResult:
-        context = self.context
-        ratio, request_raw = self.ratio, self.request_raw
+        ratio, request_raw, planner = self.ratio, self.request_raw, self.planner
 
         def raw(tokens: int) -> int:
             return max(0, math.floor((tokens - overhead) / ratio) - request_raw)
 
-        return run_pass(
-            context._history,
-            self.base,
-            counter=context.counter,
+        plan = PassPlan(
             target_raw=raw(self.target),
             limit_raw=raw(self.trigger),
             budget_raw=raw(self.budget),
             retained=self.retained,
             notice_reserve=self.reserve,
-            **context._pass_settings(),
             ladder=ladder,
         )
+        return run_pass(self.state.history, self.base, planner.counter, planner.settings, plan)
 
     def messages_size(self, candidate: _Candidate) -> int:
         """The measured size the trigger and target compare: the whole counted request less
@@ -348,7 +340,7 @@ class _Negotiation:
             # The provider counted the whole request, tool schemas and overlays included:
             # the honest budget is its own input limit (capped by max_tokens), not the
             # estimate-based one, whose safety margin is there for counts we could not make.
-            cap = self.context.config.max_tokens
+            cap = self.parts.config.max_tokens
             self.set_budget(min(first.count.limit, cap) if cap else first.count.limit)
         budget = self.budget
         size = self.messages_size(first)
@@ -358,7 +350,8 @@ class _Negotiation:
         # As on the legacy path: when protection held the last pass above its target, a
         # pass at the trigger would find the same floor and rewrite the prompt prefix for a
         # few tokens per request, so the next one waits for the hard limit.
-        fires_at = self.usable if self.context._missed_target_at is not None else self.trigger
+        missed = self.state.sticky.missed_target_at
+        fires_at = self.usable if missed is not None else self.trigger
         if (
             size <= fires_at
             and measured_first <= budget
@@ -370,7 +363,7 @@ class _Negotiation:
         outcome = PROTECTED_FLOOR
         # Summarizing needs a model call of its own: the measured ladder uses the other
         # rungs, each counted by the provider.
-        ladder = [r for r in self.context._ladder if getattr(r, "name", "") != "summarize"]
+        ladder = [r for r in self.planner.ladder if getattr(r, "name", "") != "summarize"]
         for rung in range(1, len(ladder) + 1):
             overhead = best.count.measured - math.ceil(best.raw * self.ratio)  # type: ignore[operator]
             result = self.compact(ladder=ladder[:rung], overhead=overhead)
@@ -379,12 +372,12 @@ class _Negotiation:
                 continue  # this rung changed nothing more: nothing new to count
             if best.result is None and not result.changed and raw == best.raw:
                 continue
-            messages = assemble_view(self.context._history, result.state, result.notice)
+            messages = assemble_view(self.state.history, result.state, result.notice)
             view = self.public(messages)
             count = await self.count(count_view, view)
             if count is None or count.measured is None:
                 if best.count.hard_over or (count is not None and count.hard_over):
-                    raise _hard_error(best.count, self.context, "recount became unavailable")
+                    raise _hard_error(best.count, self.parts, "recount became unavailable")
                 return self.envelope(MEASUREMENT_UNAVAILABLE, first, best, None)
             candidate = _Candidate(view, raw, result.notice_cost, count, result)
             if count.measured >= best.count.measured:  # type: ignore[operator]
@@ -397,9 +390,9 @@ class _Negotiation:
         # ladder may still let the request in; over max_tokens (the user's cap, which a
         # smaller output reserve does not move) nothing can, as on the message-only path.
         # Between the target and the budget is a protected floor, dispatched as such.
-        cap = self.context.config.max_tokens
+        cap = self.parts.config.max_tokens
         if cap is not None and best.count.size > cap:
-            raise _cap_error(best.count, cap, self.context)
+            raise _cap_error(best.count, cap, self.parts)
         if best.count.hard_over:
             return await self.fit(first, best, fit_output)
         return self.envelope(outcome, first, best, self.stage(best))
@@ -409,10 +402,10 @@ class _Negotiation:
     ) -> dict[str, Any]:
         """Still over the hard limit after the last rung: the orchestrator's output ladder."""
         if fit_output is None or not best.count.hard_over:
-            raise _hard_error(best.count, self.context, "cannot fit protected content")
+            raise _hard_error(best.count, self.parts, "cannot fit protected content")
         fitted = await fit_output(best.view, best.count.attempt)
         if fitted is None:
-            raise _hard_error(best.count, self.context, "no output fit")
+            raise _hard_error(best.count, self.parts, "no output fit")
         count = read_count(fitted)
         calls = fitted.get("count_calls") if isinstance(fitted, Mapping) else None
         if (
@@ -428,7 +421,7 @@ class _Negotiation:
         if calls <= 0:
             raise TypeError("context-fold: fit_output's count_calls must be positive")
         if count.hard_over:  # the provider's own count says no, whatever its estimate
-            raise _hard_error(count, self.context, "no output fit")
+            raise _hard_error(count, self.parts, "no output fit")
         self.calls += calls
         fitted_candidate = _Candidate(best.view, best.raw, best.notice_cost, count, best.result)
         return self.envelope(REDUCED_OUTPUT, first, fitted_candidate, self.stage(best))
@@ -436,9 +429,10 @@ class _Negotiation:
     def stage(self, candidate: _Candidate) -> MeasuredTransaction | None:
         """A transaction committing ``candidate``'s pass, or None when it changes nothing."""
         result = candidate.result
-        if result is None or _same(result, _as_result(self.context)):
+        parts = self.parts
+        if result is None or _same(result, _as_result(parts)):
             return None
-        context = self.context
+        state = parts.state
         base = self.base
         target = self.target
         ratio = self.ratio
@@ -446,32 +440,33 @@ class _Negotiation:
         applied: list[Any] = []
 
         async def apply(claim: Callable[[], bool]) -> bool:
-            async with context._lock:
-                if context._state is not base:
+            async with parts.lock:
+                sticky = state.sticky
+                if sticky.state is not base:
                     return False  # another request moved the sticky state since the offer
                 if not claim():
                     return False  # rolled back while this commit waited for the lock
-                before = (context._state, context._notice, context._notice_cost)
-                missed_before = context._missed_target_at
-                context._commit(result)
+                before = (sticky.state, sticky.notice, sticky.notice_cost)
+                missed_before = sticky.missed_target_at
+                sticky.commit(state.history, result)
+                state.state_dirty = True
                 messages_after = math.ceil(result.raw_total * ratio) + overhead
-                context._missed_target_at = None if messages_after <= target else messages_after
-                applied.append((before, missed_before, context._state))
+                sticky.missed_target_at = None if messages_after <= target else messages_after
+                applied.append((before, missed_before, sticky.state))
                 # The report and the meter's next reading describe this view.
                 events = self.delivered(candidate, result)
-                if context._link is not None:
-                    await context._persist()
-            for event, data in events:
-                await context._events.emit(event, data)
+                await parts.persisted()
+            await parts.emit(events)
             return True
 
         def undo() -> None:
             if not applied:
                 return
-            (state, notice, notice_cost), missed, committed = applied.pop()
-            if context._state is committed:
-                context._commit_restored(state, notice, notice_cost, missed)
-                context._state_dirty = True
+            (fold_state, notice, notice_cost), missed, committed = applied.pop()
+            sticky = state.sticky
+            if sticky.state is committed:
+                sticky.restore(state.history, fold_state, notice, notice_cost, missed)
+                state.state_dirty = True
 
         return MeasuredTransaction(apply, undo)
 
@@ -510,16 +505,17 @@ def _same(a: PassResult, b: PassResult) -> bool:
     )
 
 
-def _as_result(context: ContextFold) -> PassResult:
+def _as_result(parts: RequestParts) -> PassResult:
+    sticky = parts.state.sticky
     return PassResult(
-        state=context._state,
-        raw_total=context._view_raw,
-        notice=context._notice,
-        notice_cost=context._notice_cost,
+        state=sticky.state,
+        raw_total=sticky.raw,
+        notice=sticky.notice,
+        notice_cost=sticky.notice_cost,
     )
 
 
-def _hard_error(count: Count, context: ContextFold, reason: str) -> Exception:
+def _hard_error(count: Count, parts: RequestParts, reason: str) -> Exception:
     return context_length_error(
         f"context-fold: the request {reason}: the provider counts {count.size:,} "
         f"input tokens over its hard limit of {count.limit:,}, and no legal reduction "
@@ -527,11 +523,11 @@ def _hard_error(count: Count, context: ContextFold, reason: str) -> Exception:
         "new session.",
         required_tokens=count.size,
         budget=count.limit,
-        model=context._model,
+        model=parts.state.model,
     )
 
 
-def _cap_error(count: Count, cap: int, context: ContextFold) -> Exception:
+def _cap_error(count: Count, cap: int, parts: RequestParts) -> Exception:
     return context_length_error(
         f"context-fold: the provider counts the request at {count.size:,} input tokens, over "
         f"max_tokens={cap:,}, after every legal reduction (what is left is the content a "
@@ -539,12 +535,12 @@ def _cap_error(count: Count, cap: int, context: ContextFold) -> Exception:
         "Raise max_tokens, send fewer tool schemas, or start a new session.",
         required_tokens=count.size,
         budget=cap,
-        model=context._model,
+        model=parts.state.model,
     )
 
 
 async def _legacy(
-    context: ContextFold,
+    parts: RequestParts,
     provider: Any,
     reminders: Sequence[str],
     count_view: CountView,
@@ -554,19 +550,17 @@ async def _legacy(
     """No provider count: the legacy meter plans the request (committing as it always has);
     the view is counted once for its dispatch envelope, and ``rollback()`` restores the
     sticky state it replaced."""
-    before = (
-        context._state,
-        context._notice,
-        context._notice_cost,
-        context._missed_target_at,
-    )
-    view = await context.get_messages_for_request(provider=provider, required_reminders=reminders)
-    after = context._state
+    state = parts.state
+    sticky = state.sticky
+    before = (sticky.state, sticky.notice, sticky.notice_cost, sticky.missed_target_at)
+    view = await parts.serve(None, provider, False, reminders)
+    after = state.sticky.state
 
     def undo() -> None:
-        if context._state is after and after is not before[0]:
-            context._commit_restored(*before)
-            context._state_dirty = True
+        sticky = state.sticky
+        if sticky.state is after and after is not before[0]:
+            sticky.restore(state.history, *before)
+            state.state_dirty = True
 
     async def apply(claim: Callable[[], bool]) -> bool:
         return claim()
@@ -580,8 +574,8 @@ async def _legacy(
         raise
     if count is not None and count.hard_over:
         transaction.rollback()
-        raise _hard_error(count, context, "cannot fit protected content")
-    report = context.last_report
+        raise _hard_error(count, parts, "cannot fit protected content")
+    report = state.last_report
     return {
         "outcome": MEASUREMENT_UNAVAILABLE,
         "base_view": view,

@@ -47,41 +47,65 @@ def view_raw_total(history: History, state: FoldState) -> int:
     )
 
 
-def run_pass(
-    history: History,
-    sticky: FoldState,
-    *,
-    counter: TokenCounter,
-    target_raw: int,
-    limit_raw: int | None = None,
-    budget_raw: int | None = None,
-    protected_recent: float,
-    protected_tool_results: int,
-    truncate_chars: int,
-    retained: Collection[int] = (),
-    notice_role: str = "user",
-    notice_reserve: int = 800,
-    notice_enabled: bool = True,
-    notice_verbosity: str = "normal",
-    notice_min_level: int = 0,
-    ladder: Sequence[Rung] = DEFAULT_LADDER,
-    summary_blocks: Sequence[tuple[int, ...]] = (),
-    summary_free_blocks: int = 0,
-    sticky_raw: int | None = None,
-    header_cost: int | None = None,
-) -> PassResult:
-    """Compact a copy of ``sticky`` toward ``target_raw`` raw tokens, protection permitting.
+@dataclass(frozen=True, slots=True)
+class PassSettings:
+    """What every pass of one context runs with: its protection and its notice (from the
+    configuration keys of the same names, ``compaction_notice_*`` for the notice)."""
 
-    ``limit_raw`` is the trigger in raw tokens: protection may leave the view above target,
-    but a view left above the trigger would compact again on the very next request and
-    lose its stable prefix, so the pass goes on to the protection rule's fixed point
-    while it is above this limit and can still shrink. ``budget_raw`` is the hard limit
-    (messages and notice): while the view exceeds it, soft protections yield one step at
-    a time (see `relaxation`), and the notice is fitted to whatever room is left.
-    ``sticky_raw``, when the caller keeps it, is the raw total of ``sticky``'s view (what
+    protected_recent: float = 0.30
+    protected_tool_results: int = 5
+    truncate_chars: int = 250
+    notice_role: str = "user"
+    notice_enabled: bool = True
+    notice_verbosity: str = "normal"
+    notice_min_level: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PassPlan:
+    """What one pass is asked to do, in raw tokens of the view's messages.
+
+    ``target_raw`` is where the ladder stops. ``limit_raw`` is the trigger: protection may
+    leave the view above target, but a view left above the trigger would compact again on
+    the very next request and lose its stable prefix, so the pass goes on to the protection
+    rule's fixed point while it is above this limit and can still shrink (default: the
+    target). ``budget_raw`` is the hard limit (messages and notice): while the view exceeds
+    it, soft protections yield one step at a time (see `relaxation`), and the notice is
+    fitted to whatever room is left (default: the larger of the two plus the notice's
+    reserve). ``retained`` are entries the request must carry complete. ``sticky_raw``,
+    when the caller keeps it, is the raw total of the starting state's view (what
     `view_raw_total` would find by walking it); ``header_cost``, when it keeps that, what
     `notice_header_cost` says for this counter and role.
     """
+
+    target_raw: int
+    limit_raw: int | None = None
+    budget_raw: int | None = None
+    notice_reserve: int = 800
+    retained: Collection[int] = ()
+    ladder: Sequence[Rung] = DEFAULT_LADDER
+    summary_blocks: Sequence[tuple[int, ...]] = ()
+    summary_free_blocks: int = 0
+    sticky_raw: int | None = None
+    header_cost: int | None = None
+
+
+def run_pass(
+    history: History,
+    sticky: FoldState,
+    counter: TokenCounter,
+    settings: PassSettings,
+    plan: PassPlan,
+) -> PassResult:
+    """Compact a copy of ``sticky`` toward ``plan.target_raw`` raw tokens, protection
+    permitting (see `PassPlan` for the limits)."""
+    target_raw, limit_raw, budget_raw = plan.target_raw, plan.limit_raw, plan.budget_raw
+    retained, ladder, header_cost = plan.retained, plan.ladder, plan.header_cost
+    notice_reserve, sticky_raw = plan.notice_reserve, plan.sticky_raw
+    protected_recent = settings.protected_recent
+    protected_tool_results = settings.protected_tool_results
+    truncate_chars = settings.truncate_chars
+    notice_role, notice_enabled = settings.notice_role, settings.notice_enabled
     if limit_raw is None:
         limit_raw = target_raw
     if budget_raw is None:
@@ -120,8 +144,8 @@ def run_pass(
         ),
         truncate_chars=truncate_chars,
         limit_raw=limit_raw,
-        summary_blocks=list(summary_blocks),
-        summary_free_blocks=summary_free_blocks,
+        summary_blocks=list(plan.summary_blocks),
+        summary_free_blocks=plan.summary_free_blocks,
     )
     if not notice_enabled or not history.units:
         header_cost = 0
@@ -160,8 +184,8 @@ def run_pass(
         truncate_chars,
         min(notice_reserve, room),
         notice_role,
-        notice_enabled and state.level >= notice_min_level,
-        notice_verbosity,
+        notice_enabled and state.level >= settings.notice_min_level,
+        settings.notice_verbosity,
     )
     return PassResult(
         state=state,

@@ -1,0 +1,95 @@
+"""The sticky view: the compaction decisions every request builds on until the next pass.
+
+Once a message is shortened or a turn removed, later requests reuse the same reduced view,
+so the prompt prefix stays byte-stable between passes and provider caches keep hitting. This
+object holds those decisions (a `FoldState` and its notice), the view list they give, and
+the running raw total that lets a steady request skip walking the view: an admitted message
+is appended to the list in place, and only a pass (`commit`) or a resume (`restore`)
+assembles it again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..history import Appended, History
+from .cadence import Cadence
+from .planner import PassResult, assemble_view, view_raw_total
+from .working import FoldState
+
+
+@dataclass(slots=True)
+class StickyView:
+    """The committed compaction state of one history and the view it gives."""
+
+    state: FoldState
+    raw: int  # raw tokens of the view's messages (notice excluded), kept on every change
+    view: list[dict[str, Any]] = field(default_factory=list)
+    # A message landed before the view's tail (or nothing is assembled yet): re-assemble.
+    # A new history starts stale, not assembled: a resume about to restore its sticky state
+    # would build a whole-history view only to replace it.
+    stale: bool = True
+    notice: dict[str, Any] | None = None
+    notice_cost: int = 0
+    removed_messages: int = 0
+    # Size of the messages after the last pass when it could not reach its target
+    # (protection held it up): the next pass then waits until the view has really grown,
+    # instead of re-running on every request for a few tokens.
+    missed_target_at: int | None = None
+    cadence: Cadence = field(default_factory=Cadence)  # how often passes come
+    summaries_adopted: bool = False  # a resumed history takes up its stored summary once
+
+    @classmethod
+    def fresh(cls, history: History) -> StickyView:
+        """No compaction yet: the whole history is the view."""
+        return cls(state=FoldState(), raw=history.raw_total)
+
+    def admitted(self, appended: Appended) -> None:
+        """A message was appended to history: the view grows with it."""
+        entry = appended.entry
+        if appended.reordered:
+            self.stale = True
+        elif entry.view is not None and not self.stale:
+            self.view.append(entry.view)
+        self.raw += appended.delta
+
+    def current(self, history: History) -> list[dict[str, Any]]:
+        """The view list, assembled first if a change before its tail left it stale."""
+        if self.stale:
+            self.view = assemble_view(history, self.state, self.notice)
+            self.stale = False
+        return self.view
+
+    def commit(self, history: History, result: PassResult) -> None:
+        """Make a pass's decisions the ones later requests build on."""
+        self.state = result.state
+        self.notice = result.notice
+        self.notice_cost = result.notice_cost
+        self.raw = result.raw_total
+        self.view = assemble_view(history, self.state, self.notice)
+        self.stale = False
+        self.removed_messages = self.state.removed_messages
+
+    def restore(
+        self,
+        history: History,
+        state: FoldState,
+        notice: dict[str, Any] | None,
+        notice_cost: int,
+        missed_target_at: int | None,
+    ) -> None:
+        """Take up decisions saved by an earlier process (or undo a staged commit)."""
+        self.state = state
+        self.notice, self.notice_cost = notice, notice_cost
+        self.raw = view_raw_total(history, state)
+        self.view = assemble_view(history, state, notice)
+        self.stale = False
+        self.removed_messages = state.removed_messages
+        self.missed_target_at = missed_target_at
+        self.summaries_adopted = state.summary_record is not None
+
+    def compacted(self, history: History, index: int) -> bool:
+        """Whether history entry ``index`` is shortened or out of this view."""
+        state = self.state
+        return index in state.truncated or history.entries[index].unit in state.removed_units
