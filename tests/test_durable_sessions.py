@@ -344,20 +344,20 @@ async def test_the_stored_classification_is_what_inspecting_the_stored_message_s
 async def test_a_resume_rebuilds_history_exactly_without_inspecting_anything(
     any_store: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import contextfold.history
+    import contextfold.admission
 
     context = varied_context(any_store)
     for message in VARIED:
         await context.add_message(message)
     expected_view = await context.get_messages_for_request(token_budget=BUDGET)
     inspected: list[Any] = []
-    real = contextfold.history.inspect_message
+    real = contextfold.admission.inspect_message
 
     def counting(message: Any, *, index: int | None) -> Any:
         inspected.append(message)
         return real(message, index=index)
 
-    monkeypatch.setattr(contextfold.history, "inspect_message", counting)
+    monkeypatch.setattr(contextfold.admission, "inspect_message", counting)
     counter = CountingCounter()
     resumed = ContextFold(
         store=any_store, session_id="varied", counter=counter, max_tool_result_bytes=1024

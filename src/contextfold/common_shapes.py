@@ -1,6 +1,6 @@
 """The message shapes nearly every conversation is made of, admitted in one look.
 
-Admission (`history.History.prepare`) turns typed objects into plain JSON, inspects the
+Admission (`admission.admit`) turns typed objects into plain JSON, inspects the
 message, makes a private copy and applies the ingress cap: four walks of a message that, in
 most conversations, is one of a few shapes. A user's text, an assistant's text or its
 OpenAI-shape tool calls, a tool's text result, each with the admission stamp as its only

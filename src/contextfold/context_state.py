@@ -8,10 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .admission import Admission
 from .budget import BudgetDecision
 from .compaction.sticky import StickyView
 from .conventions import SystemPromptFactory
-from .history import Admission, Appended, History
+from .history import Appended, History
 from .meter import MeterStats, UsageReading
 from .report import RequestReport
 

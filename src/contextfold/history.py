@@ -16,33 +16,14 @@ call it left unanswered gets a synthetic error result in the view.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from .common_shapes import admit_common_shape
+from .admission import Admission, Placement, admit, answering
 from .conventions import replaced_by_system_prompt, request_form
-from .ingress import IngressClip, cap_tool_result
-from .messages import (
-    Kind,
-    MessageInfo,
-    admitted_copy,
-    holds_lone_surrogate,
-    inspect_message,
-    text_length,
-    to_plain,
-    well_formed,
-)
-from .repair import (
-    EMPTY_MESSAGE,
-    INSIDE_CALL_GROUP,
-    ORPHAN_RESULT,
-    REUSED_CALL_ID,
-    UNANSWERED_CALL,
-    Repair,
-    orphan_note,
-    synthetic_results,
-    without_orphan_blocks,
-)
+from .ingress import IngressClip
+from .messages import Kind, MessageInfo, text_length, well_formed
+from .repair import ORPHAN_RESULT, UNANSWERED_CALL, Repair, orphan_note, synthetic_results
 from .tokens import TokenCounter
 
 
@@ -79,25 +60,6 @@ class Unit:
     @property
     def is_group(self) -> bool:
         return bool(self.calls)
-
-
-@dataclass(slots=True)
-class Admission:
-    """A validated, capped, counted message not yet appended (so failures leave no trace).
-
-    It is computed against the history as it stands and must be appended to that same
-    state (the manager's lock guarantees it).
-    """
-
-    message: dict[str, Any]
-    info: MessageInfo
-    view: dict[str, Any] | None
-    cost: int
-    clips: list[IngressClip]
-    joins_open_group: bool  # answers calls of the open group
-    matched: tuple[str, ...]  # call ids of the open group this message answers
-    repairs: list[Repair]
-    inspected: MessageInfo  # the message's own classification (see Entry.inspected)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +120,17 @@ class History:
 
     # -- admission ---------------------------------------------------------------------
 
+    def placement(self, index: int | None = None) -> Placement:
+        """Where the next message lands (at ``index``, for a history being built)."""
+        open_unit = self.open_unit
+        return Placement(
+            len(self.entries) if index is None else index,
+            self.units[open_unit].pending if open_unit is not None else (),
+            self.issued,
+            self.counter,
+            self.max_tool_result_bytes,
+        )
+
     def prepare(
         self,
         message: Any,
@@ -167,102 +140,10 @@ class History:
         info: MessageInfo | None = None,
         restored: bool = False,
     ) -> Admission:
-        """Validate, cap and count ``message`` against this history without changing it.
-
-        ``restored`` (implied by a ``cost``) is for a message read back from a durable store:
-        it was admitted (a private plain-JSON copy, capped) before, so that is not done
-        again, and its ``cost`` is counted only when not given (the store's was made by
-        another counter). ``info``, with it, is the classification stored beside the cost
-        (what `inspect_message` said of this very message), so it is not inspected again.
-        """
-        position = len(self.entries) if index is None else index
-        clips: list[IngressClip] = []
-        restored = restored or cost is not None
-        common = None if restored else admit_common_shape(message, self.max_tool_result_bytes)
-        if common is not None:
-            # One of the shapes nearly every message has: validated, copied and classified
-            # in one look, exactly as the general path below would.
-            capped, info = common
-            inspected = info
-        elif not restored:
-            message = to_plain(message)
-            info = inspect_message(message, index=position)
-            # A private deep copy made of plain JSON types: later edits to the caller's dict
-            # cannot reach history, and everything stored is known to serialise.
-            stored, ill_formed = admitted_copy(message, index=position)
-            capped, clips = cap_tool_result(stored, self.max_tool_result_bytes)
-            # What is stored is the capped message: its classification is the one to keep
-            # (a clip only shortens result text, but the record must describe the record).
-            inspected = inspect_message(capped, index=position) if clips else info
-            if ill_formed and holds_lone_surrogate(capped):  # rare: a second look is cheap
-                info = replace(info, ill_formed=True)
-                inspected = replace(inspected, ill_formed=True)
-        else:
-            if info is None:
-                info = inspect_message(message, index=position)
-                if holds_lone_surrogate(message):  # only rows without a classification
-                    info = replace(info, ill_formed=True)
-            capped, inspected = message, info
-
-        pending = self.units[self.open_unit].pending if self.open_unit is not None else []
-        matched: list[str] = []
-        orphans: list[int] = []  # positions in info.result_ids
-        for k, call_id in enumerate(info.result_ids):
-            if call_id and call_id in pending and call_id not in matched:
-                matched.append(call_id)
-            else:
-                orphans.append(k)
-        repairs: list[Repair] = []
-        view: dict[str, Any] | None = capped
-        if orphans:
-            unmatched = (
-                info.result_ids
-                if len(orphans) == len(info.result_ids)
-                else tuple(info.result_ids[k] for k in orphans)
-            )
-            repairs.append(Repair(ORPHAN_RESULT, position, unmatched))
-            if capped.get("role") == "user":
-                view = without_orphan_blocks(capped, _result_block_positions(capped, orphans))
-            else:
-                view = orphan_note(capped, info.result_ids[0])
-            if not matched:
-                info = _answering(info, (), Kind.USER)
-        if matched and len(matched) < len(info.result_ids):
-            info = _answering(info, tuple(matched))
-        if info.call_ids and not self.issued.isdisjoint(info.call_ids):
-            reused = tuple(call_id for call_id in info.call_ids if call_id in self.issued)
-            repairs.append(Repair(REUSED_CALL_ID, position, reused))
-        if info.reference_only:
-            view = None  # history only: never sent, never counted (context-simple's rule)
-        elif capped.get("content") is None and view is capped:
-            if capped.get("role") in ("tool", "function", "assistant"):
-                # A tool that returned nothing, or a turn of calls only (OpenAI's content
-                # None; a CLI transcript drops the key): sent with empty text, since the
-                # loops build a typed Message that requires content.
-                view = {**capped, "content": ""}
-            else:
-                view = None
-                repairs.append(Repair(EMPTY_MESSAGE, position))
-        if view is not None:
-            view = request_form(view)  # history-only metadata stays out of the view
-            if inspected.ill_formed:
-                # Lone surrogates stay in history (the record) but a provider's JSON cannot
-                # carry them: the view sends U+FFFD in their place, and is counted so.
-                view = well_formed(view)
-        if pending and not matched and info.kind is not Kind.ASSISTANT and view is not None:
-            repairs.append(Repair(INSIDE_CALL_GROUP, position, tuple(pending)))
-        if cost is None:
-            cost = self.counter.count_message(view) if view is not None else 0
-        return Admission(
-            message=capped,
-            info=info,
-            view=view,
-            cost=cost,
-            clips=clips,
-            joins_open_group=bool(matched),
-            matched=tuple(matched),
-            repairs=repairs,
-            inspected=inspected,
+        """`admission.admit` of ``message`` where this history stands, taken as given (not
+        stamped: a replaced or restored history is the record as it was)."""
+        return admit(
+            message, self.placement(index), stamp=False, cost=cost, info=info, restored=restored
         )
 
     def append(self, admission: Admission) -> Appended:
@@ -356,7 +237,7 @@ class History:
             elif role == "tool" and len(results) == 1 and not calls:  # an orphan result
                 self.repairs.append(Repair(ORPHAN_RESULT, index, results))
                 view = request_form(orphan_note(message, results[0]))
-                stored, info = info, _answering(info, (), Kind.USER)
+                stored, info = info, answering(info, (), Kind.USER)
                 units.append(Unit([index]))
                 self._add_entry(Entry(message, info, cost, len(units) - 1, view, stored))
                 self.raw_total += cost
@@ -476,48 +357,6 @@ class History:
             swap = replaced.get(i)
             total += swap[1] if swap is not None else self.entries[i].cost
         return total
-
-
-def _answering(
-    info: MessageInfo, result_ids: tuple[str, ...], kind: Kind | None = None
-) -> MessageInfo:
-    """``info`` answering only ``result_ids`` (as ``dataclasses.replace``, which costs more
-    than the rest of a restored message's admission).
-
-    A result that answers nothing makes no calls either (only assistants call), so what it
-    becomes depends on its flags alone: those few infos are shared, not built each time.
-    """
-    if not result_ids and not info.call_ids:
-        flags = (info.signed_thinking, info.thinking, info.loaded_tool_state, info.reminder)
-        key = (kind or info.kind, *flags, info.reference_only, info.ill_formed)
-        shared = _ANSWERING_NOTHING.get(key)
-        if shared is None:
-            shared = _ANSWERING_NOTHING[key] = MessageInfo(key[0], (), (), *key[1:])
-        return shared
-    return MessageInfo(
-        kind or info.kind,
-        info.call_ids,
-        result_ids,
-        info.signed_thinking,
-        info.thinking,
-        info.loaded_tool_state,
-        info.reminder,
-        info.reference_only,
-        info.ill_formed,
-    )
-
-
-_ANSWERING_NOTHING: dict[tuple[Any, ...], MessageInfo] = {}  # at most 5 kinds x 64 flag sets
-
-
-def _result_block_positions(message: Mapping[str, Any], result_positions: list[int]) -> list[int]:
-    """Content positions of the tool_result blocks numbered ``result_positions`` among them."""
-    blocks = [
-        i
-        for i, block in enumerate(message.get("content") or ())
-        if isinstance(block, Mapping) and block.get("type") == "tool_result"
-    ]
-    return [blocks[k] for k in result_positions]
 
 
 def _plain_text(content: Any) -> str:

@@ -111,12 +111,12 @@ class ContextFold:
             # Without a durable session admission never awaits, so nothing can run between
             # its steps: with the lock free and no one queued for it, taking it would
             # change nothing and cost a tenth of the admission.
-            admission = admit(message, state.history)
+            admission = admit(message, state.history.placement())
             appended = state.admitted(admission)
         else:
             async with self._lock:
                 await self._parts.loaded()
-                admission = admit(message, state.history)
+                admission = admit(message, state.history.placement())
                 if self._link is not None:
                     # Durable before it is acknowledged, and in history exactly when stored
                     # (even when cancelled); a lost race raises, history unchanged.

@@ -34,8 +34,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ..admission import Admission
 from ..errors import ConfigError
-from ..history import Admission, History
+from ..history import History
 from ..messages import MessageInfo, canonical_json, info_from_json, info_to_json
 from ..tokens import TokenCounter, cost_identity
 from .base import (
