@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from .common_shapes import admit_common_shape
 from .conventions import request_form, stamp_timestamp
@@ -47,9 +47,9 @@ from .repair import (
 from .tokens import TokenCounter
 
 
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """Where a message lands: what history says of the sequence so far."""
+class Placement(NamedTuple):
+    """Where a message lands: what history says of the sequence so far (a named tuple:
+    one is made per admitted message)."""
 
     position: int  # the index the message will have
     pending: Sequence[str]  # calls of the open group still waiting for their results

@@ -28,7 +28,9 @@ class SystemPromptView:
     hidden: set[int]  # ids of the stored system messages' view dicts it replaces
 
 
-@dataclass(frozen=True, slots=True)
+# Built on every request: plain slotted classes (a frozen dataclass sets each field through
+# object.__setattr__, a tenth of a steady request).
+@dataclass(slots=True)
 class Thresholds:
     """What a request was planned against, in tokens (and how its size was read)."""
 
@@ -39,7 +41,7 @@ class Thresholds:
     source: str = "estimate"  # "estimate", "actual" or "provider_count"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Planned:
     """A view ready to hand out: its messages, sizes and what made it."""
 
