@@ -154,7 +154,7 @@ def test_console_script_names_the_missing_extra(bare_venv: Path) -> None:
     result = _run([str(bare_venv / "bin" / "contextfold"), "demo", "--steps", "2"])
     assert result.returncode == 2
     [line] = result.stderr.strip().splitlines()  # one line, no traceback
-    assert "pip install 'contextfold[cli]'" in line and "is not installed" in line
+    assert "[cli] extra" in line and "pip install '.[cli]'" in line and "is not installed" in line
     assert result.stdout == ""
     version = _run([str(bare_venv / "bin" / "contextfold"), "--version"])
     assert version.returncode == 0 and version.stdout.startswith("contextfold ")
@@ -189,3 +189,27 @@ def test_standalone_error_mirrors_the_kernel_class() -> None:
     assert repr(mine).removeprefix("Standalone") == repr(theirs)
     with pytest.raises(TypeError):
         StandaloneContextLengthError("overflow", "provider-as-positional")  # type: ignore[misc]
+
+
+@pytest.mark.slow
+def test_a_store_is_read_from_the_shell_with_the_library_alone(bare_venv: Path) -> None:
+    """`contextfold sessions` needs no extra: no kernel, no console or plotting library."""
+    store = bare_venv / "agent.db"
+    writer = f"""
+import asyncio
+from contextfold import ContextFold
+
+async def main():
+    context = ContextFold(store="sqlite:///{store}", session_id="ticket-7")
+    await context.add_message({{"role": "user", "content": "find the failing deploy"}})
+
+asyncio.run(main())
+"""
+    assert _python(bare_venv, writer).returncode == 0
+    script = str(bare_venv / "bin" / "contextfold")
+    listed = _run([script, "sessions", "list", f"sqlite:///{store}"])
+    assert listed.returncode == 0, listed.stderr
+    assert "ticket-7" in listed.stdout
+    exported = _run([script, "sessions", "export", f"sqlite:///{store}", "ticket-7"])
+    assert exported.returncode == 0, exported.stderr
+    assert json.loads(exported.stdout)["content"] == "find the failing deploy"

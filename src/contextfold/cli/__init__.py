@@ -13,6 +13,7 @@ only when a subcommand runs, so ``contextfold --help`` answers at once.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -243,6 +244,15 @@ def _add_output_options(parser: argparse.ArgumentParser, folder: str) -> None:
     parser.add_argument("--no-chart", action="store_true", help="do not draw the PNG chart")
 
 
+def _only_charts_missing() -> bool:
+    """matplotlib (the [charts] extra) is missing, and what the command needs besides is
+    there: the note about the chart is worth saying only for a command that can run."""
+    needed = ("amplifier_core", "rich", "yaml")
+    if any(importlib.util.find_spec(name) is None for name in needed):
+        return False
+    return importlib.util.find_spec("matplotlib") is None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (the console script exits with it)."""
     parser = build_parser()
@@ -250,13 +260,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_BAD_INPUT
+    if not getattr(args, "no_chart", True) and _only_charts_missing():
+        # Charts are the [charts] extra's: without it a command still runs and says so.
+        print(
+            "contextfold: no chart: matplotlib is not installed (install contextfold with its "
+            "[charts] extra, from a checkout: pip install '.[charts]')",
+            file=sys.stderr,
+        )
+        args.no_chart = True
     try:
         if args.command == "demo":
             from contextfold.cli.commands import run_demo_command
 
             return run_demo_command(args)
         if args.command == "sessions":
-            from contextfold.cli.commands import run_sessions
+            from contextfold.cli.sessions import run_sessions
 
             return run_sessions(args)
         if args.command == "eval":

@@ -30,14 +30,13 @@ from contextfold.cli.demo import (
     run_demo,
 )
 from contextfold.cli.errors import (
-    EXIT_BAD_INPUT,
     EXIT_DOES_NOT_FIT,
     EXIT_OK,
     MIN_DEMO_WINDOW,
     InputError,
 )
 from contextfold.cli.files import check_output_option, display_path
-from contextfold.cli.output import stdout_guarded, write_stdout
+from contextfold.cli.output import fail, stdout_guarded
 from contextfold.cli.readers import read_conversation
 from contextfold.cli.replay import ReplayError, ReplayResult, _row_columns, replay_messages
 from contextfold.cli.report import (
@@ -58,19 +57,6 @@ DEMO_WIDTH = 110  # columns of the demo's printout when stdout is not a terminal
 # A replay this long shows a progress bar (on a terminal, without --quiet); shorter ones end
 # before a bar would be worth drawing.
 PROGRESS_MIN_MESSAGES = 5_000
-# An error line longer than this is cut: a message quoting a huge value must stay one line.
-MAX_ERROR_CHARS = 1_000
-
-
-def fail(message: str, status: int = EXIT_BAD_INPUT) -> int:
-    """Print one line on stderr and return the exit status."""
-    line = " ".join(message.split())
-    if len(line) > MAX_ERROR_CHARS:
-        line = line[: MAX_ERROR_CHARS - 3] + "..."
-    print(f"contextfold: error: {line}", file=sys.stderr)
-    return status
-
-
 # -- demo ------------------------------------------------------------------------------------
 
 
@@ -429,14 +415,3 @@ def _check_store(url: str) -> None:
         store_from_url(url)
     except StoreError as error:
         raise InputError("--store", str(error)) from None
-
-
-def run_sessions(args: argparse.Namespace) -> int:
-    from contextfold.cli.sessions import run_sessions_command
-
-    try:
-        status, text = run_sessions_command(args)
-    except InputError as error:
-        return fail(str(error))
-    write_stdout(text + "\n")
-    return status

@@ -1,8 +1,10 @@
-"""The ``contextfold`` console script: checks the ``[cli]`` extra, then runs the CLI.
+"""The ``contextfold`` console script: runs the CLI, naming the extra a command lacks.
 
-``pip install contextfold`` is the library alone; the commands need the kernel (the demo runs
-a real session), rich, matplotlib and PyYAML, which ``contextfold[cli]`` brings. Without
-them a command says so in one line and exits 2, instead of a traceback naming a module.
+The library alone reads a store (``contextfold sessions``); ``demo``, ``replay`` and ``eval``
+need the kernel (the demo runs a real session), rich and PyYAML, which the ``[cli]`` extra
+brings, and draw their charts with matplotlib when the ``[charts]`` extra is there. Without
+what it needs a command says so in one line and exits 2, instead of a traceback naming a
+module.
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ from contextfold.cli import EXIT_BAD_INPUT
 from contextfold.cli import main as run_cli
 
 # Top-level modules the [cli] extra provides, by the name Python imports them under.
-CLI_EXTRA_MODULES = frozenset({"amplifier_core", "rich", "matplotlib", "yaml"})
+CLI_EXTRA_MODULES = frozenset({"amplifier_core", "rich", "yaml"})
 INSTALL_HINT = (
-    "contextfold: the command line needs the [cli] extra ({missing} is not installed): "
-    "pip install 'contextfold[cli]'"
+    "contextfold: this command needs the [cli] extra ({missing} is not installed): install "
+    "contextfold with it (from a checkout: pip install '.[cli]')"
 )
 
 

@@ -19,8 +19,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from contextfold.cli.config import load_config_file
-from contextfold.cli.errors import EXIT_BAD_INPUT, EXIT_OK, InputError
+from contextfold.cli.errors import EXIT_OK, InputError
 from contextfold.cli.files import check_output_option, display_path
+from contextfold.cli.output import fail
 from contextfold.cli.readers import read_conversation
 from contextfold.cli.report import output_folder, write_json
 from contextfold.errors import ConfigError
@@ -45,7 +46,6 @@ from contextfold.evaluation.export import report_dict
 
 FILES_CORPUS = "files"
 BFCL_INSTALL = "bfcl-eval is not installed (pip install --no-deps bfcl-eval mpmath)"
-MAX_ERROR_CHARS = 1_000
 
 
 def run_eval_command(args: argparse.Namespace) -> int:
@@ -63,9 +63,9 @@ def run_eval_command(args: argparse.Namespace) -> int:
         with _context_logs_muted(), _progress(runs, quiet=args.quiet) as on_progress:
             report = evaluate(conversations, policies, settings, on_progress=on_progress)
     except InputError as error:
-        return _fail(str(error))
+        return fail(str(error))
     except EvalInputError as error:
-        return _fail(f"{error.conversation}, {error.place}: {error.problem}")
+        return fail(f"{error.conversation}, {error.place}: {error.problem}")
     seconds = time.monotonic() - started
 
     try:
@@ -78,7 +78,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
 
             chart_path = write_eval_chart(folder / "eval.png", report)
     except InputError as error:
-        return _fail(str(error))
+        return fail(str(error))
 
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     for window in settings.windows:
@@ -239,11 +239,3 @@ def _progress(total: int, *, quiet: bool) -> Iterator[Callable[[int, int], None]
     task = bar.add_task("eval", total=total)
     with bar:
         yield lambda done, _total: bar.update(task, completed=done)
-
-
-def _fail(message: str) -> int:
-    line = " ".join(message.split())
-    if len(line) > MAX_ERROR_CHARS:
-        line = line[: MAX_ERROR_CHARS - 3] + "..."
-    print(f"contextfold: error: {line}", file=sys.stderr)
-    return EXIT_BAD_INPUT

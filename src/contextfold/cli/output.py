@@ -12,9 +12,21 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from contextfold.cli.errors import OutputError
+from contextfold.cli.errors import EXIT_BAD_INPUT, OutputError
 
-__all__ = ["stdout_guarded", "write_stdout"]
+__all__ = ["fail", "stdout_guarded", "write_stdout"]
+
+# An error line longer than this is cut: a message quoting a huge value must stay one line.
+MAX_ERROR_CHARS = 1_000
+
+
+def fail(message: str, status: int = EXIT_BAD_INPUT) -> int:
+    """Print one line on stderr and return the exit status."""
+    line = " ".join(message.split())
+    if len(line) > MAX_ERROR_CHARS:
+        line = line[: MAX_ERROR_CHARS - 3] + "..."
+    print(f"contextfold: error: {line}", file=sys.stderr)
+    return status
 
 
 def write_stdout(text: str) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 from contextfold.cli.errors import InputError
 from contextfold.cli.files import display_path, write_output_file
+from contextfold.cli.output import fail, write_stdout
 from contextfold.store.base import SessionStore, StoredSession, StoreError
 from contextfold.store.urls import store_from_url
 
@@ -46,6 +47,16 @@ def add_sessions_parser(commands: Any) -> None:
     export.add_argument(
         "--out", metavar="FILE", help="write to FILE (never through a symlink); default stdout"
     )
+
+
+def run_sessions(args: argparse.Namespace) -> int:
+    """The ``sessions`` command: it reads a store with the library alone (no extra needed)."""
+    try:
+        status, text = run_sessions_command(args)
+    except InputError as error:
+        return fail(str(error))
+    write_stdout(text + "\n")
+    return status
 
 
 def run_sessions_command(args: argparse.Namespace) -> tuple[int, str]:
