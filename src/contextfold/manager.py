@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any, Literal
 
 from .budget import BudgetDecision, derive_budget
+from .cache_marks import marked_view
 from .compaction import snapshot as fold_snapshot
 from .compaction.floor import floor_error
 from .compaction.planner import (
@@ -1036,6 +1037,8 @@ class ContextFold:
             view = [dict(system_prompt.message)]
             copy = _shared if share else detached
             view.extend(copy(m) for m in messages if id(m) not in hidden)
+        if not share and self.config.cache_breakpoints != "off":
+            view = marked_view(view, self.config.cache_breakpoints)  # on the copies only
         self._last_delivered_raw = view_raw
         self.last_report = report
         events: list[tuple[str, dict[str, Any]]] = [
