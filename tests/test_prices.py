@@ -134,6 +134,13 @@ def test_the_config_key_holds_checked_prices_and_round_trips() -> None:
         ),
         ({"model": 7}, "model must be a model or provider name"),
         ({"model": "gpt-5", "min_cacheable_tokens": -1}, "min_cacheable_tokens"),
+        ({"model": "gpt-5", "min_cacheable_tokens": 10**400}, "min_cacheable_tokens"),
+        ({"input": 10**400, "output": 3}, "<int of 1329 bits>"),
+        ({"model": "gpt-5", "cache_lifetime": 10**400}, "over a day"),
+        ({"model": "gpt-5", "cache_lifetime": "9" * 40 + "h"}, "over a day"),
+        ({"model": "gpt-5", "cache_lifetime": 2.5}, "cache_lifetime must be"),
+        ({"model": "gpt-5", "name": ""}, "name must be"),
+        ({1: 2}, "unknown key 1"),
     ],
 )
 def test_bad_prices_are_a_config_error_saying_what_to_give(value: object, fragment: str) -> None:

@@ -16,7 +16,6 @@ Pure data and arithmetic over it: nothing here imports from a higher layer.
 from __future__ import annotations
 
 import difflib
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
@@ -93,8 +92,8 @@ class Prices:
             )
         if lifetime > ONE_DAY:
             raise ConfigError(
-                f"prices: cache_lifetime={lifetime} s is over a day; no provider keeps a "
-                "prompt cache that long. Give '5m', '1h' or seconds."
+                f"prices: cache_lifetime={shown(lifetime)} s is over a day; no provider keeps "
+                "a prompt cache that long. Give '5m', '1h' or seconds."
             )
         if lifetime > ONE_HOUR and self.caching == "explicit":
             raise ConfigError(
@@ -107,9 +106,14 @@ class Prices:
                 "price (cache_write_1h), and none is given."
             )
         minimum = self.min_cacheable_tokens
-        if isinstance(minimum, bool) or not isinstance(minimum, int) or minimum < 0:
+        if (
+            isinstance(minimum, bool)
+            or not isinstance(minimum, int)
+            or not 0 <= minimum <= MAX_MIN_CACHEABLE
+        ):
             raise ConfigError(
-                f"prices: min_cacheable_tokens must be a whole number >= 0, got {shown(minimum)}."
+                f"prices: min_cacheable_tokens must be a whole number from 0 to "
+                f"{MAX_MIN_CACHEABLE:,}, got {shown(minimum)}."
             )
 
     @property
@@ -128,16 +132,20 @@ class Prices:
         return asdict(self)
 
 
+# No model lists prices or minimum lengths anywhere near these: beyond them a figure is a typo.
+MAX_PRICE = 100_000.0  # USD per million tokens
+MAX_MIN_CACHEABLE = 10_000_000  # tokens
+
+
 def _check_price(key: str, value: Any) -> None:
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < 0
+        or not 0 <= value <= MAX_PRICE  # NaN fails both comparisons; a huge int compares fine
     ):
         raise ConfigError(
-            f"prices: {key} must be a price in USD per million tokens (a number >= 0), got "
-            f"{shown(value)}."
+            f"prices: {key} must be a price in USD per million tokens (a number from 0 to "
+            f"{MAX_PRICE:,.0f}), got {shown(value)}."
         )
 
 
