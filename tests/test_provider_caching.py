@@ -229,3 +229,33 @@ def test_bad_context_editing_config_is_refused(spec: Any, fragment: str) -> None
     with pytest.raises(ValueError, match="context_editing") as caught:
         ScriptedProvider({"context_editing": spec})
     assert fragment in str(caught.value)
+
+
+@pytest.mark.slow
+async def test_marked_views_pass_a_strict_provider_with_signed_thinking() -> None:
+    """Marks never touch signed thinking or the call/result sequence: a provider that checks
+    both (strict_sequence, thinking replies) serves every marked request of a session."""
+    from amplifier_core import AmplifierSession
+
+    from contextfold.cli.demo import RunSpec, mount_plan
+
+    settings = DemoSettings(steps=30, window=12_000, summarize=False, server_editing=False)
+    spec = RunSpec(
+        "managed",
+        "marked, strict",
+        {"report_events": "every_request", "cache_breakpoints": "anthropic"},
+        provider_config={"reply_shape": "anthropic-thinking", "strict_sequence": True},
+    )
+    session = AmplifierSession(mount_plan(settings, spec=spec))
+    try:
+        await session.initialize()
+        provider = session.coordinator.get("providers")["scripted"]
+        text = await session.execute("Research the topics with the lookup tool.")
+        history = await session.coordinator.get("context").get_messages()
+    finally:
+        await session.cleanup()
+    assert text == "Done: I looked up all 30 topics."
+    records = provider.records
+    assert len(records) == 31 and not any(r.rejected for r in records)
+    assert all(r.cache_rule == "breakpoints" and r.sequence.ok for r in records)
+    assert "cache_control" not in str(history)
