@@ -196,3 +196,17 @@ def test_preview_reads_every_shape_and_clips() -> None:
     assert preview(blocks) == "ok [thinking]"
     assert preview(None) == "" and preview("plain") == "plain"
     assert preview({"content": 7}) == ""
+
+
+@given(
+    st.lists(st.integers(min_value=0, max_value=60), max_size=12),
+    st.lists(st.integers(min_value=0, max_value=60), max_size=12),
+)
+def test_runs_without_is_the_set_difference(removed: list[int], taken: list[int]) -> None:
+    from contextfold.compaction.unitset import UnitSet
+    from contextfold.inspection import _runs_without
+
+    kept = _runs_without(UnitSet(removed).runs(), UnitSet(taken).runs())
+    members = [u for start, end in kept for u in range(start, end)]
+    assert members == sorted(set(removed) - set(taken))
+    assert all(start < end for start, end in kept)

@@ -54,23 +54,29 @@ class PassRecord:
     state: FoldState  # the committed decisions (never changed after commit)
     notice: dict[str, Any] | None
     notice_cost: int
+    # What the request's report said of its pass: sizes before and after (the context's
+    # estimates), the level it reached and the rungs that changed something.
+    tokens_before: int = 0
+    tokens_after: int = 0
+    level: int = 0
+    applied: tuple[str, ...] = ()
 
 
 class ViewRecorder:
     """Notes every committed pass of one context, request by request (O(1) each)."""
 
     def __init__(self, state: ContextState) -> None:
-        self._state = state
+        self.state = state
         self._last = state.sticky.state
         self.passes: list[PassRecord] = []
 
     def after_request(self, request: int) -> None:
         """Call after request ``request`` (1-based) was delivered."""
-        sticky = self._state.sticky
+        sticky = self.state.sticky
         if sticky.state is self._last:
             return
         self._last = sticky.state
-        history = self._state.history
+        history, report = self.state.history, self.state.last_report
         self.passes.append(
             PassRecord(
                 request,
@@ -79,6 +85,10 @@ class ViewRecorder:
                 sticky.state,
                 sticky.notice,
                 sticky.notice_cost,
+                report.tokens_before if report is not None else 0,
+                report.tokens_after if report is not None else 0,
+                report.level if report is not None else 0,
+                tuple(report.applied) if report is not None else (),
             )
         )
 
@@ -114,8 +124,12 @@ class PassView:
     notice: str | None
     notice_tokens: int
     summary: str | None
-    level: int
+    level: int  # the highest level the view has been through
     rungs: dict[str, int]  # rung name -> messages changed, all passes so far
+    tokens_before: int = 0  # the request's size before this pass (the context's estimate)
+    tokens_after: int = 0
+    pass_level: int = 0  # the level this pass reached
+    applied: tuple[str, ...] = ()  # the rungs that changed something in this pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,19 +253,23 @@ def pass_view(history: History, record: PassRecord, preview_chars: int = PREVIEW
         index: (_status(index, swap, state), preview(swap, preview_chars))
         for index, (swap, _cost) in state.truncated.items()
     }
-    summarized = state.summarized_units
+    removed_runs, summarized_runs = state.removed_units.runs(), state.summarized_units.runs()
     return PassView(
         request=record.request,
         messages=record.messages,
         layout=layout,
         changed=changed,
-        dropped=_entry_ranges(history, state.removed_units.without(summarized)),
-        summarized=_entry_ranges(history, iter(summarized)),
+        dropped=_entry_ranges(history, _runs_without(removed_runs, summarized_runs)),
+        summarized=_entry_ranges(history, summarized_runs),
         notice=_full_text(record.notice),
         notice_tokens=record.notice_cost,
         summary=_full_text(state.summary),
         level=state.level,
         rungs=dict(state.rungs_used),
+        tokens_before=record.tokens_before,
+        tokens_after=record.tokens_after,
+        pass_level=record.level,
+        applied=record.applied,
     )
 
 
@@ -263,12 +281,33 @@ def _status(index: int, swap: Mapping[str, Any], state: FoldState) -> str:
     return SHORTENED
 
 
-def _entry_ranges(history: History, units: Iterator[int]) -> list[tuple[int, int]]:
-    """Inclusive history-index ranges of the entries of ``units`` (coalesced)."""
+def _runs_without(
+    runs: list[tuple[int, int]], taken: list[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """``runs`` (half-open unit ranges) less ``taken``: a walk of the runs, never of units."""
+    out: list[tuple[int, int]] = []
+    k = 0
+    for start, end in runs:
+        while k < len(taken) and taken[k][1] <= start:
+            k += 1
+        position, j = start, k
+        while j < len(taken) and taken[j][0] < end:
+            if taken[j][0] > position:
+                out.append((position, taken[j][0]))
+            position = max(position, taken[j][1])
+            j += 1
+        if position < end:
+            out.append((position, end))
+    return out
+
+
+def _entry_ranges(history: History, runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Inclusive history-index ranges of the entries of the units in ``runs`` (half-open
+    unit ranges), coalesced: each run costs its two end units, not its length."""
     ranges: list[tuple[int, int]] = []
-    for unit_index in units:
-        entries = history.units[unit_index].entries
-        low, high = min(entries), max(entries)
+    units = history.units
+    for start, end in runs:
+        low, high = min(units[start].entries), max(units[end - 1].entries)
         if ranges and ranges[-1][1] + 1 >= low:
             ranges[-1] = (ranges[-1][0], max(ranges[-1][1], high))
         else:

@@ -127,7 +127,8 @@ class ContextFold:
         """Validate, cap and admit one message. Raises `MessageValidationError` (a
         ValueError) naming the field on bad input, leaving history exactly as it was."""
         telemetry = self._telemetry
-        if telemetry is None:
+        started = telemetry.start(ADMIT) if telemetry is not None else None
+        if telemetry is None or started is None:
             return await self._add_message(message)
         state = self._state
 
@@ -136,7 +137,7 @@ class ContextFold:
             index = len(history.entries) - 1
             telemetry.describe_admission(span, history.entries[index], index, *clips_and_repairs)
 
-        await telemetry.traced(ADMIT, self._add_message(message), describe)
+        await telemetry.within(started, self._add_message(message), describe)
 
     async def _add_message(self, message: dict[str, Any]) -> tuple[int, int]:
         """`add_message` itself; returns (results clipped, repairs) for its span."""
@@ -215,11 +216,14 @@ class ContextFold:
         """
         serving = self._parts.serve(token_budget, provider, hard_fit, required_reminders)
         telemetry = self._telemetry
-        if telemetry is None:
+        started = telemetry.start(REQUEST) if telemetry is not None else None
+        if telemetry is None or started is None:
             return await serving
-        return await self._traced_request(telemetry, serving, provider)
+        return await self._traced_request(telemetry, started, serving, provider)
 
-    async def _traced_request(self, telemetry: Telemetry, serving: Any, provider: Any) -> Any:
+    async def _traced_request(
+        self, telemetry: Telemetry, started: Any, serving: Any, provider: Any
+    ) -> Any:
         """Serve a request inside a ``contextfold.request`` span (see `telemetry`)."""
         state, stats = self._state, self.summary_stats
         before = (stats.calls, stats.written, stats.reused)
@@ -230,7 +234,7 @@ class ContextFold:
             report = state.last_report
             telemetry.describe_request(span, report, state.model, provider, done, removed)
 
-        return await telemetry.traced(REQUEST, serving, describe)
+        return await telemetry.within(started, serving, describe)
 
     async def get_messages_for_request_retaining(
         self,
@@ -272,9 +276,10 @@ class ContextFold:
             fit_output=fit_output,
         )
         telemetry = self._telemetry
-        if telemetry is None:
+        started = telemetry.start(REQUEST) if telemetry is not None else None
+        if telemetry is None or started is None:
             return await requesting
-        return await self._traced_request(telemetry, requesting, provider)
+        return await self._traced_request(telemetry, started, requesting, provider)
 
     async def set_system_prompt_factory(self, factory: SystemPromptFactory | None) -> None:
         """Have every request start with the text ``factory()`` returns (sync or async),
@@ -306,7 +311,8 @@ class ContextFold:
         the offset to continue from). Raises `RecallError` (a ValueError) for an unknown id.
         Safe during a compaction pass, as `get_messages`."""
         telemetry = self._telemetry
-        if telemetry is None:
+        started = telemetry.start(RECALL) if telemetry is not None else None
+        if telemetry is None or started is None:
             return await self._recall(recall_id, max_tokens, offset)
 
         def before(span: Any) -> None:
@@ -315,8 +321,8 @@ class ContextFold:
         def describe(span: Any, text: str) -> None:
             span.set_attribute("contextfold.recall.chars", len(text))
 
-        text: str = await telemetry.traced(
-            RECALL, self._recall(recall_id, max_tokens, offset), describe, before
+        text: str = await telemetry.within(
+            started, self._recall(recall_id, max_tokens, offset), describe, before
         )
         return text
 

@@ -112,19 +112,16 @@ class Telemetry:
             span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, str(error)[:200]))
         span.end()
 
-    async def traced(
+    async def within(
         self,
-        name: str,
+        started: tuple[Any, Any],
         run: Awaitable[T],
         describe: Callable[[Any, T], None],
         before: Callable[[Any], None] | None = None,
     ) -> T:
-        """Await ``run`` inside a span ``name``; ``describe(span, result)`` then sets its
-        attributes (``before(span)`` first, when given). Without a recording span, ``run``
-        is awaited as it is."""
-        started = self.start(name)
-        if started is None:
-            return await run
+        """Await ``run`` inside the span `start` made current and end it;
+        ``describe(span, result)`` then sets its attributes (``before(span)`` first, when
+        given). An exception ends the span as an error and goes on."""
         span = started[0]
         if before is not None:
             self._safely(before, span)
@@ -317,9 +314,11 @@ class TracedSummarizer:
             if isinstance(text, str):
                 span.set_attribute("contextfold.summary.chars", len(text))
 
-        return await self._telemetry.traced(
-            SUMMARIZE, self._summarizer(messages, max_tokens), describe, before
-        )
+        calling = self._summarizer(messages, max_tokens)
+        started = self._telemetry.start(SUMMARIZE)
+        if started is None:
+            return await calling  # type: ignore[no-any-return]
+        return await self._telemetry.within(started, calling, describe, before)
 
 
 __all__ = [

@@ -36,7 +36,7 @@ from contextfold.cli.errors import (
     InputError,
 )
 from contextfold.cli.files import check_output_option, display_path
-from contextfold.cli.inspector_page import replay_run, write_inspector_page
+from contextfold.cli.inspector_page import demo_run, replay_run, write_inspector_page
 from contextfold.cli.output import fail, stdout_guarded
 from contextfold.cli.readers import read_conversation
 from contextfold.cli.replay import ReplayError, ReplayResult, _row_columns, replay_messages
@@ -104,6 +104,12 @@ def run_demo_command(args: argparse.Namespace) -> int:
         folder = output_folder(args.out, "demo")
         json_path = write_json(folder / "demo.json", data)
         chart_path = None if args.no_chart else _demo_chart(result, folder / "requests.png")
+        page_path = None
+        page_run = demo_run(result)
+        if page_run is not None:
+            page_path = write_inspector_page(
+                folder / "inspector.html", "contextfold demo: with context-fold", [page_run]
+            )
     except InputError as error:
         return fail(str(error))
 
@@ -112,7 +118,7 @@ def run_demo_command(args: argparse.Namespace) -> int:
         console.print(_demo_verdict(result))
         for note in result.notes:
             console.print(note)
-        _print_outputs(console, json_path, chart_path, folder)
+        _print_outputs(console, json_path, chart_path, folder, page_path)
     return EXIT_OK
 
 

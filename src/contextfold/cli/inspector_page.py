@@ -28,7 +28,9 @@ from contextfold.cli.files import write_output_file
 from contextfold.inspection import Inspection, PassView
 
 if TYPE_CHECKING:
+    from contextfold.cli.demo import DemoResult
     from contextfold.cli.replay import ReplayResult
+    from contextfold.evaluation import EvalReport
 
 # Requests, messages and passes per compressed chunk: a click inflates one or two.
 ROW_CHUNK = 4096
@@ -109,6 +111,88 @@ def replay_run(result: ReplayResult, label: str) -> PageRun:
         facts=facts,
         inspection=result.inspection,
     )
+
+
+def demo_run(result: DemoResult, key: str = "managed") -> PageRun | None:
+    """The demo's run with context-fold (sizes as the provider measured them), with its
+    views; None when that run was not recorded."""
+    run, inspection = result.run(key), result.inspections.get(key)
+    if run is None or inspection is None:
+        return None
+    points = run.points[: len(inspection.request_messages)]
+    return PageRun(
+        label=run.label,
+        columns=RunColumns(
+            tokens_after=[p.tokens for p in points],
+            history_messages=inspection.request_messages[: len(points)],
+            prefix_tokens=[p.prefix_tokens for p in points],
+            compacted=[p.compacted for p in points],
+            refused=[p.rejected for p in points],
+            costs={
+                "anthropic": [p.cost_anthropic_usd for p in points],
+                "openai": [p.cost_openai_usd for p in points],
+            },
+        ),
+        budget=run.budget,
+        trigger=run.trigger,
+        window=result.settings.window,
+        facts={
+            "input limit": run.input_limit,
+            "sizes": "as the provider measured them",
+            "cost (anthropic)": f"${run.costs.get('anthropic', 0.0):.4f}",
+            "cost (openai)": f"${run.costs.get('openai', 0.0):.4f}",
+        },
+        inspection=inspection,
+    )
+
+
+def eval_runs(report: EvalReport) -> list[PageRun]:
+    """Every run of an eval as a run of the page: its requests (exact o200k sizes, cached
+    prefix, costs, refusals) and, for contextfold's policies, every view."""
+    from contextfold.evaluation.runner import PRICING_NAMES
+
+    labels = {policy.key: policy.label for policy in report.policies}
+    counts = {(c.corpus, c.id): len(c.messages) for c in report.conversations}
+    runs = []
+    for run in report.runs:
+        records = run.requests
+        total = counts.get((run.corpus, run.conversation), 0)
+        inspection = run.inspection
+        compacted = None
+        if inspection is not None:
+            made = {p.request for p in inspection.passes}
+            compacted = [i + 1 in made for i in range(len(records))]
+        refused = sum(r.refused for r in records)
+        runs.append(
+            PageRun(
+                label=(
+                    f"{run.corpus} / {run.conversation} / {labels.get(run.policy, run.policy)} "
+                    f"/ {run.window:,}"
+                ),
+                columns=RunColumns(
+                    tokens_after=[r.tokens for r in records],
+                    history_messages=[
+                        total if r.message_index is None else r.message_index for r in records
+                    ],
+                    prefix_tokens=[r.cached_tokens for r in records],
+                    compacted=compacted,
+                    refused=[r.refused for r in records],
+                    costs={
+                        name: [r.costs[i] if i < len(r.costs) else 0.0 for r in records]
+                        for i, name in enumerate(PRICING_NAMES)
+                    },
+                ),
+                budget=run.window,
+                trigger=run.trigger,
+                facts={
+                    "policy": labels.get(run.policy, run.policy),
+                    "refused": refused,
+                    "sizes": "exact o200k recount",
+                },
+                inspection=inspection,
+            )
+        )
+    return runs
 
 
 def write_inspector_page(path: Path, title: str, runs: Sequence[PageRun]) -> Path:
@@ -280,6 +364,10 @@ def _pass(view: PassView, preview_chars: int) -> dict[str, Any]:
         "summary": view.summary,
         "level": view.level,
         "rungs": view.rungs,
+        "before": view.tokens_before,
+        "after": view.tokens_after,
+        "passLevel": view.pass_level,
+        "applied": list(view.applied),
     }
 
 
@@ -340,6 +428,8 @@ __all__ = [
     "MAX_PAGE_BYTES",
     "PageRun",
     "RunColumns",
+    "demo_run",
+    "eval_runs",
     "inspector_html",
     "iter_chunk_names",
     "replay_run",

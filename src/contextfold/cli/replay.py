@@ -369,7 +369,10 @@ async def replay_messages_async(
     """
     settings = config.to_dict() if isinstance(config, ContextConfig) else dict(config or {})
     model = ReplayModel(window, max_output_tokens) if window is not None else None
-    context = ContextFold(config if isinstance(config, ContextConfig) else settings)
+    # A replay's requests are simulated: no OpenTelemetry spans of them (nor their cost).
+    context = ContextFold(
+        config if isinstance(config, ContextConfig) else settings, opentelemetry="off"
+    )
     admitted = _AdmittedCosts(context)
     prefix = _PrefixTracker(admitted.count)
     rows: list[ReplayRow] = []

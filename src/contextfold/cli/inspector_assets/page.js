@@ -245,8 +245,12 @@
     timeline.replaceChildren();
     timeline.setAttribute("viewBox", `0 0 ${WIDTH} ${HEIGHT}`);
     const limits = [run.window, run.budget, run.trigger].filter((v) => v);
-    const top = Math.max(1, ...points.map((p) => Math.max(p.sent || 0, p.history || 0)), ...limits) * 1.08;
+    // The scale follows what was sent and the limits; the whole history, which grows far
+    // past them in a long run, is drawn up to the top and clipped there.
+    const top = Math.max(1, ...points.map((p) => p.sent || 0), ...limits) * 1.25;
     const y = axes(timeline, HEIGHT, top, "tokens per request", fmt);
+    const clip = el("clipPath", { id: "plot-area" }, el("defs", {}, timeline));
+    el("rect", { x: PAD.left, y: PAD.top, width: WIDTH - PAD.left - PAD.right, height: HEIGHT - PAD.top - PAD.bottom }, clip);
     const line = (value, cls, title) => {
       if (!value) return;
       const node = el("line", { class: cls, x1: PAD.left, x2: WIDTH - PAD.right, y1: y(value), y2: y(value) }, timeline);
@@ -255,7 +259,8 @@
     line(run.window, "limit-window", "window");
     line(run.budget, "limit-budget", "budget");
     line(run.trigger, "limit-trigger", "compaction trigger");
-    polyline(timeline, points, "history", y, "history", "history-line");
+    const history = polyline(timeline, points, "history", y, "history", "history-line");
+    if (history) history.setAttribute("clip-path", "url(#plot-area)");
     polyline(timeline, points, "sent", y, "sent", "sent-line");
     const markerGroup = el("g", { id: "markers" }, timeline);
     for (const m of marks) {
@@ -370,13 +375,15 @@
     const pages = Math.max(1, Math.ceil(requests.length / PAGE));
     state.passPage = Math.min(state.passPage, pages - 1);
     const shown = requests.slice(state.passPage * PAGE, (state.passPage + 1) * PAGE);
-    for (const request of shown) {
+    const first = state.passPage * PAGE;
+    for (let k = 0; k < shown.length; k++) {
+      const request = shown[k];
       const [row] = await rowsOf(run, request, request);
       if (!row) continue;
+      const figures = await passFigures(run, first + k, row);
       const tr = html("tr", { class: "clickable pass-row", "data-request": request });
-      const saved = row.before !== null ? row.before - row.after : null;
-      for (const [text, cls] of [[fmt(request), "num"], [fmt(row.before), "num"], [fmt(row.after), "num"],
-        [fmt(saved), "num"], [row.level ?? "–", "num"], [row.applied.join(", ") || "–", ""]]) {
+      for (const [text, cls] of [[fmt(request), "num"], [fmt(figures.before), "num"], [fmt(figures.after), "num"],
+        [fmt(figures.saved), "num"], [figures.level ?? "–", "num"], [figures.applied.join(", ") || "–", ""]]) {
         tr.appendChild(html("td", cls ? { class: cls } : {}, text));
       }
       tr.addEventListener("click", () => select(request));
@@ -384,6 +391,18 @@
     }
     document.getElementById("pass-page").textContent =
       requests.length ? `page ${state.passPage + 1} of ${pages} (${fmt(requests.length)} compactions)` : "no compaction";
+  }
+
+  async function passFigures(run, number, row) {
+    // What a pass did, as its request's report said (the context's estimates); a run
+    // without recorded views has only its row.
+    const pass = run.hasViews && number >= 0 ? await passAt(run, number) : null;
+    const before = pass ? pass.before : row.before;
+    const after = pass ? pass.after : row.after;
+    return {
+      before, after, saved: before !== null && after !== null ? before - after : null,
+      level: pass ? pass.passLevel : row.level, applied: pass ? pass.applied : row.applied,
+    };
   }
 
   async function select(request) {
@@ -416,14 +435,14 @@
     for (const name of run.pricings) add(`cost (${name})`, usd(row.cost[name]));
     if (row.refused) add("refused", "yes");
     details.appendChild(figures);
-    const isPass = (run.passRequests || []).includes(request) || row.compacted;
-    if (isPass) {
+    const passNumber = (run.passRequests || []).indexOf(request);
+    if (passNumber >= 0 || row.compacted) {
+      const figures = await passFigures(run, passNumber, row);
       const box = html("div", { class: "panel", id: "pass-details" });
       box.appendChild(html("h3", {}, `Compaction at request ${fmt(request)}`));
-      const saved = row.before !== null ? row.before - row.after : null;
-      box.appendChild(html("p", {}, `${fmt(row.before)} → ${fmt(row.after)} tokens` +
-        (saved !== null ? `, saved ${fmt(saved)}` : "") + `; level ${row.level ?? "–"}; rungs applied: ` +
-        (row.applied.length ? row.applied.join(", ") : "–")));
+      box.appendChild(html("p", {}, `${fmt(figures.before)} → ${fmt(figures.after)} tokens` +
+        (figures.saved !== null ? `, saved ${fmt(figures.saved)}` : "") + `; level ${figures.level ?? "–"}; rungs applied: ` +
+        (figures.applied.length ? figures.applied.join(", ") : "–")));
       details.appendChild(box);
     }
     if (!run.hasViews) {
