@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.browser_support import opened
+from tests.support import agent_run, human, reply
 
 from contextfold.cli import main
 from contextfold.cli.chart import _envelope, _marks_kept
@@ -22,8 +24,6 @@ from contextfold.cli.inspector_page import (
     replay_run,
 )
 from contextfold.cli.replay import ReplayResult, replay_messages
-from tests.browser_support import opened
-from tests.support import agent_run, human, reply
 
 pytestmark = pytest.mark.slow
 
