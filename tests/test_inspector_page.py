@@ -199,9 +199,126 @@ def test_the_replay_command_writes_the_page_and_it_opens(tmp_path: Path) -> None
     html = page_path.read_text(encoding="utf-8")
     assert len(html.encode("utf-8")) < MAX_PAGE_BYTES
     # Self-contained: nothing to fetch (no src or href to a URL), and a policy that forbids it.
-    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
+    assert not re.search(r"""<[a-zA-Z][^<>]*\s(src|href)\s*=\s*["']?(https?:)?//""", html)
     assert "default-src 'none'" in html
     with opened(page_path) as opened_page:
         assert "session.json" in opened_page.page.inner_text("h1")
         opened_page.page.screenshot(path=str(tmp_path / "inspector-cli.png"), full_page=True)
+    assert opened_page.errors == []
+
+
+def select_run(page: Any, label_part: str) -> None:
+    options = page.eval_on_selector_all("#run-select option", "os => os.map(o => o.textContent)")
+    index = next(i for i, text in enumerate(options) if label_part in text)
+    page.select_option("#run-select", str(index))
+    page.wait_for_function(
+        f"document.querySelector('#run-select').value === '{index}' && "
+        "document.getElementById('details').dataset.ready === '1'"
+    )
+
+
+def test_an_eval_page_holds_every_run_and_contextfolds_views(tmp_path: Path) -> None:
+    from contextfold.cli.inspector_page import eval_runs
+    from contextfold.evaluation import (
+        CorpusSettings,
+        EvalSettings,
+        builtin_policy,
+        evaluate,
+        generate_corpus,
+    )
+
+    conversations = generate_corpus(CorpusSettings(seed=3, sessions=1))
+    policies = [builtin_policy("naive"), builtin_policy("contextfold")]
+    report = evaluate(conversations, policies, EvalSettings(windows=(4000,), inspect=True))
+    fold = next(run for run in report.runs if run.policy == "contextfold")
+    naive = next(run for run in report.runs if run.policy == "naive")
+    assert fold.inspection is not None and naive.inspection is None
+    passes = [p.request for p in fold.inspection.passes]
+    assert passes
+    path = tmp_path / "eval.html"
+    path.write_text(inspector_html("eval", eval_runs(report)), encoding="utf-8")
+
+    with opened(path) as opened_page:
+        page = opened_page.page
+        assert page.locator("#run-select option").count() == len(report.runs)
+        select_run(page, "naive")
+        assert "No views were recorded" in page.inner_text("#details")
+        select_run(page, "contextfold")
+        points = page.evaluate("document.getElementById('sent-line').points.numberOfItems")
+        assert points == len(fold.requests)
+        assert page.locator("#timeline .marker").count() == len(passes)
+        chosen = passes[-1]
+        page.click(f"#timeline .marker[data-request='{chosen}']")
+        page.wait_for_selector(f"#details[data-request='{chosen}'][data-ready='1']")
+        expected = [
+            (str(i.index) if i.index is not None else i.status, i.status)
+            for i in fold.inspection.view_of(chosen)
+        ]
+        assert view_rows(page) == expected
+        page.screenshot(path=str(tmp_path / "inspector-eval.png"), full_page=True)
+    assert opened_page.errors == []
+
+    out = tmp_path / "out"
+    status = main(
+        ["eval", "--corpus", "long-horizon", "--sessions", "1", "--window", "4000",
+         "--policy", "contextfold", "--html", "--no-chart", "-q", "--out", str(out)]
+    )  # fmt: skip
+    assert status == 0 and (out / "inspector.html").is_file()
+
+
+def test_a_stored_session_page(tmp_path: Path) -> None:
+    import asyncio
+
+    from contextfold import ContextFold
+
+    url = f"sqlite:///{tmp_path / 'sessions.db'}"
+    messages = agent_run(30, result_chars=1500)
+
+    async def store() -> None:
+        context = ContextFold(store=url, session_id="agent-1")
+        for message in messages:
+            await context.add_message(message)
+
+    asyncio.run(store())
+    page_path = tmp_path / "session.html"
+    status = main(
+        ["sessions", "show", url, "agent-1", "--html", str(page_path), "--window", "9000"]
+    )
+    assert status == 0
+    requests = sum(1 for i, m in enumerate(messages) if m["role"] == "assistant" and i > 0) + 1
+    with opened(page_path) as opened_page:
+        page = opened_page.page
+        assert "agent-1" in page.inner_text("h1")
+        points = page.evaluate("document.getElementById('sent-line').points.numberOfItems")
+        assert points == requests
+        assert page.locator("#timeline .marker").count() >= 1
+        assert page.locator("#view-table tbody tr").count() > 3
+    assert opened_page.errors == []
+    # Bad input leaves nothing behind and says what was wrong.
+    missing = tmp_path / "none.html"
+    assert main(["sessions", "show", url, "nobody", "--html", str(missing)]) == 2
+    assert not missing.exists()
+
+
+def test_the_demo_writes_its_page_beside_demo_json(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    status = main(
+        ["demo", "--steps", "30", "--window", "9000", "--no-chart", "-q", "--out", str(out)]
+    )
+    assert status == 0
+    numbers = json.loads((out / "demo.json").read_text(encoding="utf-8"))
+    managed = numbers["runs"]["managed"]
+    with opened(out / "inspector.html") as opened_page:
+        page = opened_page.page
+        points = page.evaluate("document.getElementById('sent-line').points.numberOfItems")
+        assert points == len(managed["points"])
+        compacted = [p["request"] for p in managed["points"] if p["compacted"]]
+        markers = page.eval_on_selector_all(
+            "#timeline .marker", "ms => ms.map(m => Number(m.dataset.request))"
+        )
+        assert markers == compacted and markers
+        page.click(f"#timeline .marker[data-request='{markers[0]}']")
+        page.wait_for_selector(f"#details[data-request='{markers[0]}'][data-ready='1']")
+        assert "Compaction at request" in page.inner_text("#pass-details")
+        assert "notice" in {status for _, status in view_rows(page)}
     assert opened_page.errors == []

@@ -39,6 +39,9 @@ PASS_CHUNK = 128
 # The page's ceiling (a million-message replay included): previews shrink to fit it.
 MAX_PAGE_BYTES = 9_500_000
 PREVIEW_STEPS = (160, 80, 40, 16, 0)
+# Characters of preview text all runs' messages share at first (about what compresses into
+# a few megabytes of the page).
+PREVIEW_BUDGET_CHARS = 24_000_000
 ROLE_CODES = {"system": "s", "user": "u", "assistant": "a", "tool": "t", "developer": "d"}
 
 
@@ -205,8 +208,12 @@ def inspector_html(title: str, runs: Sequence[PageRun]) -> str:
     """The page's text: previews shortened step by step until it fits `MAX_PAGE_BYTES`."""
     if not runs:
         raise ValueError("an inspector page needs at least one run")
+    messages = sum(len(run.inspection.messages) for run in runs if run.inspection is not None)
+    # A first guess from the message count (a long run's previews are most of the page),
+    # then shorter ones until the page fits.
+    first = min(PREVIEW_STEPS[0], PREVIEW_BUDGET_CHARS // max(messages, 1))
     html = ""
-    for chars in PREVIEW_STEPS:
+    for chars in (first, *(step for step in PREVIEW_STEPS if step < first)):
         html = _page(title, runs, chars)
         if len(html.encode("utf-8")) <= MAX_PAGE_BYTES:
             break
@@ -396,7 +403,7 @@ def _clip(text: str | None, chars: int) -> str:
 
 
 def _chunk_block(name: str, data: Any) -> str:
-    compressor = zlib.compressobj(9, zlib.DEFLATED, -15)  # raw deflate: 'deflate-raw' in JS
+    compressor = zlib.compressobj(6, zlib.DEFLATED, -15)  # raw deflate: 'deflate-raw' in JS
     packed = compressor.compress(json.dumps(data, separators=(",", ":")).encode("utf-8"))
     packed += compressor.flush()
     encoded = base64.b64encode(packed).decode("ascii")
@@ -404,8 +411,8 @@ def _chunk_block(name: str, data: Any) -> str:
 
 
 def _script_json(data: Any) -> str:
-    """JSON safe inside a <script> element (no '</' can close it early)."""
-    return json.dumps(data, separators=(",", ":")).replace("</", "<\\/").replace("<!--", "<\\!--")
+    """JSON safe inside a <script> element: every '<' escaped, so nothing can close it."""
+    return json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")
 
 
 def _escape(text: str) -> str:

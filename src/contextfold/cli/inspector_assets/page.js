@@ -6,7 +6,7 @@
   const DATA = JSON.parse(document.getElementById("page-data").textContent);
   const SVG = "http://www.w3.org/2000/svg";
   const WIDTH = 960, HEIGHT = 320, COST_HEIGHT = 170;
-  const PAD = { left: 64, right: 56, top: 12, bottom: 30 };
+  const PAD = { left: 64, right: 56, top: 26, bottom: 30 };
   const MAX_POINTS = 2000; // points drawn per line, as the PNG chart
   const DETAIL_SPAN = 40000; // a zoom this narrow reads every request of its range
   const PAGE = 50; // compactions listed per page
@@ -226,7 +226,7 @@
       el("text", { x: scaleX(v), y: bottom + 16, "text-anchor": "middle" }, svg).textContent = fmt(v);
     }
     el("line", { class: "axis", x1: PAD.left, x2: WIDTH - PAD.right, y1: bottom, y2: bottom }, svg);
-    el("text", { x: 12, y: PAD.top + 6, "text-anchor": "start" }, svg).textContent = yLabel;
+    el("text", { x: 12, y: 14, "text-anchor": "start" }, svg).textContent = yLabel;
     return y;
   }
 
