@@ -248,3 +248,24 @@ def test_without_opentelemetry_nothing_is_imported_and_everything_works() -> Non
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+async def test_an_admission_span_counts_clipped_results_and_repairs() -> None:
+    context = ContextFold(max_tool_result_bytes=1024)
+    with recording() as exporter:
+        await context.add_message(human("go"))
+        await context.add_message({"role": "tool", "tool_call_id": "nobody", "content": "x"})
+        await context.add_message(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"id": "c1", "tool": "t", "arguments": {}}],
+            }
+        )
+        await context.add_message({"role": "tool", "tool_call_id": "c1", "content": "y" * 5000})
+        spans = named(exporter.get_finished_spans(), ADMIT)
+    notes = [
+        (attributes(s)["contextfold.ingress.clipped"], attributes(s)["contextfold.repairs"])
+        for s in spans
+    ]
+    assert notes == [(0, 0), (0, 1), (0, 0), (1, 0)]

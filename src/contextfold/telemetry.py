@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -74,6 +75,12 @@ class Telemetry:
         self._trace = trace
         self._context = context
         self._no_op = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+        # The API keeps the application's provider in a module global, None until one is set
+        # (`get_tracer_provider` would also look up an environment variable on every call: a
+        # tenth of a steady request). A provider named by that variable is loaded now.
+        self._global = hasattr(trace, "_TRACER_PROVIDER")
+        if not self._global or os.environ.get("OTEL_PYTHON_TRACER_PROVIDER"):
+            trace.get_tracer_provider()
         self._provider: Any = None
         self._tracer: Any = None
         self._session_id = session_id
@@ -86,7 +93,12 @@ class Telemetry:
     def start(self, name: str, links: Any = None) -> tuple[Any, Any] | None:
         """A recording span made current, and the token to detach it; None when nothing
         would record (the cheap path)."""
-        provider = self._trace.get_tracer_provider()
+        if self._global:
+            provider = self._trace._TRACER_PROVIDER
+            if provider is None:
+                return None  # no application provider: nothing can record
+        else:
+            provider = self._trace.get_tracer_provider()
         if provider is not self._provider:
             self._provider = provider
             live = not isinstance(provider, self._no_op)
