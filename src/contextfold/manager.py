@@ -42,7 +42,7 @@ from .store.base import SessionStore
 from .store.link import session_link
 from .summaries import Summarizer, SummaryStore
 from .summary_pass import SummaryPass, SummaryStats, summary_folder
-from .tokens import TokenCounter, build_counter
+from .tokens import CalibratedCounter, TokenCounter, build_counter
 from .usage_feed import calibrate, usage_reading
 from .views import detached
 
@@ -128,7 +128,7 @@ class ContextFold:
         if admission.clips or appended.repairs:  # nearly every admission has nothing to report
             await self._emit_admission(admission.clips, appended.repairs)
 
-    async def set_messages(self, messages: list[dict[str, Any]]) -> None:
+    async def set_messages(self, messages: Iterable[Mapping[str, Any]]) -> None:
         """Replace the history (session resume). All-or-nothing: on a bad message the
         error names its index and the current history stays as it was. Learned
         calibration survives; compaction state starts afresh."""
@@ -276,7 +276,8 @@ class ContextFold:
         self._state.last_reading = reading
         update = calibrate(self.counter, reading)
         if update is not None:
-            if self._link is not None:
+            # (an update comes only from a calibrated counter: `calibrate`)
+            if self._link is not None and isinstance(self.counter, CalibratedCounter):
                 await self._link.save_calibration(self.counter.snapshot())
             await self._events.emit(CALIBRATION, update.to_event())
 
