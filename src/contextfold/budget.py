@@ -220,7 +220,8 @@ def _decide(
             (under_limit, "input_limit") if under_limit < derived else (derived, "derived")
         )
     cap = config.max_tokens
-    capped = cap is not None and cap < uncapped
+    effective = uncapped if cap is None else min(cap, uncapped)
+    capped = effective < uncapped
     return BudgetDecision(
         source=source,
         context_window=context_window,
@@ -230,7 +231,7 @@ def _decide(
         max_tokens=cap,
         max_tokens_fallback=config.max_tokens_fallback,
         capped=capped,
-        effective_budget=cap if capped else uncapped,  # type: ignore[arg-type]
+        effective_budget=effective,
         model=model,
         input_limit=limit,
         safety_margin=margin,

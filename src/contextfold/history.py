@@ -207,13 +207,13 @@ class History:
         Anything else (a fault inside a group, a reused id, history-only rows) takes the
         general path.
         """
-        general = (
+        if (
             cost is None
             or info is None
             or info.reference_only
             or info.ill_formed  # its view is not the message itself
-        )
-        if general or (info.call_ids and info.result_ids):
+            or (info.call_ids and info.result_ids)
+        ):
             self.append(self.prepare(message, cost=cost, info=info, restored=True))
             return
         index = len(self.entries)

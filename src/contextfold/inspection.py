@@ -360,7 +360,8 @@ def _parts(message: Mapping[str, Any]) -> Iterator[str]:
     for call in message.get("tool_calls") or ():
         if not isinstance(call, Mapping):
             continue
-        function = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+        raw_function = call.get("function")
+        function = raw_function if isinstance(raw_function, Mapping) else {}
         name = call.get("tool") or call.get("name") or function.get("name")
         yield f"{name}({_compact(call.get('arguments', function.get('arguments')))})"
 

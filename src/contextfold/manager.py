@@ -15,9 +15,9 @@ compaction does O(1) token arithmetic plus the O(n) copy of the view; a pass is 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from .admission import admit
 from .compaction.summarize import Summarize
@@ -51,11 +51,13 @@ from .telemetry import (
     output_tokens_of,
     telemetry_for,
 )
-from .tokens import TokenCounter, build_counter
+from .tokens import CalibratedCounter, TokenCounter, build_counter
 from .usage_feed import calibrate, usage_reading
 from .views import detached
 
 __all__ = ["ContextFold", "SummaryStats"]
+
+T = TypeVar("T")
 
 
 class ContextFold:
@@ -129,18 +131,19 @@ class ContextFold:
         telemetry = self._telemetry
         started = telemetry.start(ADMIT) if telemetry is not None else None
         if telemetry is None or started is None:
-            return await self._add_message(message)
-        state = self._state
+            await self._add_message(message)
+            return
+        # This admission's own record for its span (the entry, its index, results clipped,
+        # repairs): per call, so admissions awaiting a durable store never share it.
+        notes: list[Any] = []
 
-        def describe(span: Any, clips_and_repairs: tuple[int, int]) -> None:
-            history = state.history  # read now: a durable session loads on first use
-            index = len(history.entries) - 1
-            telemetry.describe_admission(span, history.entries[index], index, *clips_and_repairs)
+        def describe(span: Any, _done: None) -> None:
+            telemetry.describe_admission(span, *notes)
 
-        await telemetry.within(started, self._add_message(message), describe)
+        await telemetry.within(started, self._add_message(message, notes), describe)
 
-    async def _add_message(self, message: dict[str, Any]) -> tuple[int, int]:
-        """`add_message` itself; returns (results clipped, repairs) for its span."""
+    async def _add_message(self, message: dict[str, Any], notes: list[Any] | None = None) -> None:
+        """`add_message` itself; with ``notes``, what its span reports is put there."""
         state = self._state
         if self._link is None and self._lock.idle():
             # Without a durable session admission never awaits, so nothing can run between
@@ -160,11 +163,13 @@ class ContextFold:
                     )
                 else:
                     appended = state.admitted(admission)
+        if notes is not None:
+            index = len(state.history.entries) - 1
+            notes += (appended.entry, index, len(admission.clips), len(appended.repairs))
         if admission.clips or appended.repairs:  # nearly every admission has nothing to report
             await self._emit_admission(admission.clips, appended.repairs)
-        return len(admission.clips), len(appended.repairs)
 
-    async def set_messages(self, messages: list[dict[str, Any]]) -> None:
+    async def set_messages(self, messages: Iterable[Mapping[str, Any]]) -> None:
         """Replace the history (session resume). All-or-nothing: on a bad message the
         error names its index and the current history stays as it was. Learned
         calibration survives; compaction state starts afresh."""
@@ -222,8 +227,8 @@ class ContextFold:
         return await self._traced_request(telemetry, started, serving, provider)
 
     async def _traced_request(
-        self, telemetry: Telemetry, started: Any, serving: Any, provider: Any
-    ) -> Any:
+        self, telemetry: Telemetry, started: Any, serving: Awaitable[T], provider: Any
+    ) -> T:
         """Serve a request inside a ``contextfold.request`` span (see `telemetry`)."""
         state, stats = self._state, self.summary_stats
         before = (stats.calls, stats.written, stats.reused)
@@ -357,7 +362,8 @@ class ContextFold:
             ratio = self._planner.ratio(reading.model)
             self._telemetry.usage(reading, output_tokens_of(data), ratio)
         if update is not None:
-            if self._link is not None:
+            # (an update comes only from a calibrated counter: `calibrate`)
+            if self._link is not None and isinstance(self.counter, CalibratedCounter):
                 await self._link.save_calibration(self.counter.snapshot())
             await self._events.emit(CALIBRATION, update.to_event())
 

@@ -21,7 +21,7 @@ import numbers
 import reprlib
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, SupportsFloat, cast
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +88,9 @@ def read_usage(data: Mapping[str, Any]) -> tuple[int, int, int, str | None] | No
             _shown(usage),
         )
         return None
-    get = usage.get if isinstance(usage, Mapping) else lambda key: getattr(usage, key, None)
+    get: Callable[[str], Any] = (
+        usage.get if isinstance(usage, Mapping) else lambda key: getattr(usage, key, None)
+    )
     model = data.get("model")
     model = model if isinstance(model, str) and model else None
     field = _FieldReader(get)
@@ -131,7 +133,9 @@ def read_usage(data: Mapping[str, Any]) -> tuple[int, int, int, str | None] | No
 
 def _details_reader(details: Any, prefix: str) -> _FieldReader:
     """Reads the token counts of a nested usage record (a mapping or an SDK object)."""
-    get = details.get if isinstance(details, Mapping) else lambda key: getattr(details, key, None)
+    get: Callable[[str], Any] = (
+        details.get if isinstance(details, Mapping) else lambda key: getattr(details, key, None)
+    )
     return _FieldReader(get, prefix=prefix)
 
 
@@ -179,7 +183,8 @@ def _count(value: Any) -> int | None:
         count = int(value)
     elif isinstance(value, numbers.Number):  # float, Decimal, Fraction, numpy scalars
         try:
-            number = float(value)  # type: ignore[arg-type]
+            # Not every Number converts (a complex does not): TypeError, caught here.
+            number = float(cast("SupportsFloat", value))
         except (TypeError, ValueError, OverflowError):
             return None
         if not math.isfinite(number):

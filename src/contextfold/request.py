@@ -212,8 +212,11 @@ class RequestPlanner:
         counter = self.counter
         calibrated = isinstance(counter, CalibratedCounter) and counter.set_aside(model)
         reading = state.last_reading
-        measured = self.config.token_meter == "actual" and reading is not None
-        if measured and (calibrated or not readings_agree(state.aside_reading, reading)):
+        if (
+            self.config.token_meter == "actual"
+            and reading is not None
+            and (calibrated or not readings_agree(state.aside_reading, reading))
+        ):
             # In actual mode the reading itself drives the size; it stays aside until a
             # later reading agrees with it.
             state.aside_reading, state.last_reading = reading, None

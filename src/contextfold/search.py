@@ -205,7 +205,7 @@ def terms(text: str, stems: dict[str, str] | None = None) -> list[str]:
     found: list[str] = []
     for token in _TOKEN.findall(text.lower()):
         if token.isalnum():
-            words = (token,)
+            words: tuple[str, ...] | list[str] = (token,)
         else:  # an identifier: itself, then its parts
             found.append(token)
             words = _WORD.findall(token)

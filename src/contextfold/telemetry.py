@@ -329,7 +329,7 @@ class TracedSummarizer:
         calling = self._summarizer(messages, max_tokens)
         started = self._telemetry.start(SUMMARIZE)
         if started is None:
-            return await calling  # type: ignore[no-any-return]
+            return await calling
         return await self._telemetry.within(started, calling, describe, before)
 
 

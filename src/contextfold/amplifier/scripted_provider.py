@@ -185,6 +185,7 @@ def window_exceeded_error(
         status_code=400,
         retryable=False,
     )
+    # The figures ride on the instance: the kernel's class has no fields for them.
     error.limit = limit  # type: ignore[attr-defined]
     error.requested = requested  # type: ignore[attr-defined]
     return error
@@ -382,7 +383,7 @@ class ScriptedProvider:
         return ChatResponse(
             content=content,
             tool_calls=calls or None,
-            usage=Usage(**usage),
+            usage=Usage.model_validate(usage),
             finish_reason="tool_use" if calls else "end_turn",
             metadata={"model": self.config.model, "script_step": self._cursor - 1},
         )
@@ -450,7 +451,7 @@ class ScriptedProvider:
         )  # fmt: skip
         return ChatResponse(
             content=[TextBlock(text=answer)] if answer else [],
-            usage=Usage(**usage),
+            usage=Usage.model_validate(usage),
             finish_reason="end_turn",
             metadata={"model": self.config.model, **purpose},
         )

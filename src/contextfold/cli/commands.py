@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from amplifier_core.llm_errors import ContextLengthError
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from contextfold.amplifier.doc_tool import MIN_RESULT_CHARS
@@ -347,7 +347,7 @@ def _replay_command(args: argparse.Namespace) -> int:
                 f"contextfold replay: {Path(replayed).name}",
                 [replay_run(result, Path(replayed).name)],
             )
-        printout = [replay_heading(result, replayed, file_format)]
+        printout: list[RenderableType] = [replay_heading(result, replayed, file_format)]
         if not args.quiet:
             printout.append(replay_rows_table(result))
         printout.append(replay_totals_table(result))

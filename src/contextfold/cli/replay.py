@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from operator import gt, itemgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from amplifier_core.models import ModelInfo, ProviderInfo
 
@@ -62,6 +62,8 @@ class ReplayRow:
     """
 
     __slots__ = ("_values",)
+    if TYPE_CHECKING:  # the fields' tuple, set in __init__ (not a field of its own)
+        _values: tuple[Any, ...]
 
     request: int  # 1-based
     history_messages: int  # messages admitted when this request was made
@@ -664,7 +666,7 @@ class _PrefixTracker:
 
     def __init__(self, count: Callable[[Mapping[str, Any]], int]) -> None:
         self._count = count
-        self._previous: list[Mapping[str, Any]] = []
+        self._previous: list[dict[str, Any]] = []
         self._length = 0  # how long the previous view was when it was delivered
         self._cumulative: list[int] = [0]
 
@@ -733,7 +735,9 @@ class _PrefixTracker:
 _MAX_SEARCHES = 16
 
 
-def _find(messages: list[Mapping[str, Any]], message: Mapping[str, Any], start: int) -> int | None:
+def _find(
+    messages: Sequence[Mapping[str, Any]], message: Mapping[str, Any], start: int
+) -> int | None:
     """Where ``message`` next occurs in ``messages`` from ``start`` (a C-level search)."""
     try:
         return messages.index(message, start)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
 from itertools import compress
 from math import isfinite
 from operator import itemgetter
@@ -80,7 +81,8 @@ def _line_encoder() -> Callable[[Any], str]:
     """``json.dumps(value, ensure_ascii=False)``, without building an encoder per call: the
     C encoder ``json.dumps`` itself uses, made once (one per file, so its cycle check starts
     clean) with the very settings ``json.dumps`` passes it."""
-    make = json.encoder.c_make_encoder
+    # (json's C encoder, or None without the accelerator: a name typeshed does not declare)
+    make = json.encoder.c_make_encoder  # type: ignore[attr-defined]
     if make is None:  # no C accelerator: json.dumps is the same thing, only slower
         return lambda value: json.dumps(value, ensure_ascii=False)
     defaults = json.JSONEncoder(ensure_ascii=False)
@@ -262,7 +264,7 @@ def demo_table(result: DemoResult) -> Table:
         row("recalled byte-identical", _recall)
     # What each run cost, at list prices (docs/pricing.md): Anthropic's, then OpenAI's.
     for name, prices in zip(REFERENCE_PRICING, reference_prices(), strict=True):
-        row(f"cost ({prices.name})", lambda run, name=name: _cost(run, unmanaged, name))
+        row(f"cost ({prices.name})", partial(_cost, baseline=unmanaged, pricing=name))
     row("full history kept", _history)
     row("request over the window", _overflow)
     if settings.tools:

@@ -17,6 +17,7 @@ from .notice import build_notice
 from .protection import Protection, compute_protection
 from .relaxation import Relaxation
 from .rungs import DEFAULT_LADDER, Rung, TruncateToolResults
+from .unitset import UnitSet
 from .working import FoldState, WorkingView
 
 
@@ -232,7 +233,7 @@ def notice_header_cost(
     """Cost of the smallest notice (its header): what a compacted view needs room for.
     The same for every history with a message (the header names no count and no turn),
     so a caller may keep it per counter and role."""
-    probe = FoldState(removed_units={0}) if history.units else FoldState()
+    probe = FoldState(removed_units=UnitSet((0,))) if history.units else FoldState()
     notice = build_notice(
         history, probe, truncate_chars=truncate_chars, reserve_tokens=0, role=role
     )
@@ -286,19 +287,22 @@ def assemble_view(
     notice placed before the first kept unit after the first compacted spot (never inside
     a tool-call group). Walks the view's units only."""
     anchor = first_affected_unit(history, state)
-    summary_at = state.summarized_units.first() if state.summary is not None else None
+    # The summary with the unit it goes before, and the notice: each until it is placed.
+    summary = None
+    if state.summary is not None:
+        summary_at = state.summarized_units.first()
+        summary = (summary_at, state.summary) if summary_at is not None else None
     view: list[dict[str, Any]] = []
-    placed = notice is None
     entries = history.entries
     units = history.units
     truncated = state.truncated
     for unit_index in state.kept_units(len(units)):
-        if summary_at is not None and unit_index > summary_at:
-            view.append(state.summary)  # type: ignore[arg-type]
-            summary_at = None
-        if not placed and unit_index >= anchor:
-            view.append(notice)  # type: ignore[arg-type]
-            placed = True
+        if summary is not None and unit_index > summary[0]:
+            view.append(summary[1])
+            summary = None
+        if notice is not None and unit_index >= anchor:
+            view.append(notice)
+            notice = None
         unit = units[unit_index]
         for i in unit.entries:
             swap = truncated.get(i)
@@ -309,10 +313,10 @@ def assemble_view(
                 if message is not None:
                     view.append(message)
         view.extend(unit.synthetic)
-    if summary_at is not None:
-        view.append(state.summary)  # type: ignore[arg-type]
-    if not placed:
-        view.append(notice)  # type: ignore[arg-type]
+    if summary is not None:
+        view.append(summary[1])
+    if notice is not None:
+        view.append(notice)
     return view
 
 

@@ -146,8 +146,8 @@ def compute_protection(
         if unit_index in unremovable:
             continue
         for i in units[unit_index].entries:
-            reason = untouchable.get(i)
-            if reason:
-                unremovable[unit_index] = reason
+            held = untouchable.get(i)
+            if held:
+                unremovable[unit_index] = held
                 break
     return Protection(untouchable, unremovable)

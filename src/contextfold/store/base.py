@@ -132,7 +132,8 @@ class StoredMessage(NamedTuple):
 # The C scanner behind json.loads, called directly: json.loads adds two Python calls and a
 # regular expression per text, nearly as much as decoding a typical message. Same decoder
 # settings as json.loads, so the result is the same dict.
-scan_json = json.scanner.make_scanner(json.JSONDecoder())
+# (typeshed types make_scanner's argument as a scanner; it reads any decoder's settings.)
+scan_json = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 
 
 def decode_message(message_json: str, seq: int, session_id: str | None = None) -> dict[str, Any]:
@@ -472,10 +473,10 @@ def check_info_json(info_json: object) -> str | None:
     return info_json
 
 
-def check_rows(messages: object) -> list[CheckedRow]:
+def check_rows(messages: Iterable[object]) -> list[CheckedRow]:
     """``append_many``'s rows, checked, as (json, cost, info_json, cost_counter) rows."""
     rows: list[CheckedRow] = []
-    for row in messages:  # type: ignore[attr-defined]
+    for row in messages:
         if not isinstance(row, tuple | list) or len(row) not in (2, 3, 4):
             raise StoreError(
                 f"append_many takes (message_json, cost), (message_json, cost, info_json) or "
@@ -507,7 +508,8 @@ def wrap_document(body_json: str, history_sha256: str | None = None) -> str:
 
 
 def unwrap_document(envelope_json: str, what: str, session_id: str) -> dict[str, Any]:
-    return _unwrap(envelope_json, what, session_id)["body"]
+    body: dict[str, Any] = _unwrap(envelope_json, what, session_id)["body"]  # a dict: checked
+    return body
 
 
 def _unwrap(envelope_json: str, what: str, session_id: str) -> dict[str, Any]:

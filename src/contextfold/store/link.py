@@ -287,6 +287,7 @@ def _rebuild(stored: StoredSession, history: History, identity: str) -> int:
     recounted = 0
     paused = gc.isenabled()
     gc.disable()
+    cost: int | None  # as stored; None when another counter made it (counted again)
     try:
         for seq, message_json, cost, info_json, cost_counter in stored.messages:
             info = None

@@ -59,6 +59,7 @@ async def settle(connection: Connection, where: str, *, read_only: bool) -> str:
     schema = POSTGRES_SCHEMA
     if await _schema_exists(connection, schema):
         columns = await _columns(connection, schema)
+        version: int | None  # None: not a schema an older contextfold made either
         if META_TABLE in columns:
             if columns[META_TABLE] != _META_COLUMNS:
                 raise _not_ours(where, schema, sorted(columns))
