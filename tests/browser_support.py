@@ -2,7 +2,9 @@
 Playwright (its own browser download is never used).
 
 Without a browser the tests skip, unless ``CONTEXTFOLD_REQUIRE_BROWSER=1`` (set by
-``.ci/run``, which installs ``chromium`` when it is missing): then they fail."""
+``.ci/run``, which installs ``chromium`` when it is missing): then they fail. Screenshots are
+kept in the test's tmp dir and, when ``CONTEXTFOLD_TEST_ARTIFACTS`` names a folder (``.ci/run``
+sets ``test-artifacts``), copied there as the run's artifacts."""
 
 from __future__ import annotations
 
@@ -102,3 +104,16 @@ def opened(path: Path, *, width: int = 1150, height: int = 1400) -> Iterator[Ope
             yield watched
         finally:
             browser.close()
+
+
+def keep_screenshot(page: Any, path: Path) -> Path:
+    """A full-page screenshot at ``path``, also kept in the artifacts folder when one is set
+    (named by the test's tmp dir and the file, so tests never overwrite each other's)."""
+    page.screenshot(path=str(path), full_page=True)
+    folder = os.environ.get("CONTEXTFOLD_TEST_ARTIFACTS")
+    if folder:
+        kept = Path(folder) / f"{path.parent.name}-{path.name}"
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, kept)
+    assert path.stat().st_size > 0
+    return path

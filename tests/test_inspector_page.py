@@ -1,7 +1,7 @@
 """The inspector page in a real headless Chromium: it renders without a console error or a
 network request, its timeline has the expected points and markers, a click on a compaction
 shows that pass, a request's view lists the messages the context sent, and a zoom draws
-every request of its range. A screenshot of each page is kept in the test's tmp dir."""
+every request of its range. A screenshot of each page is kept (see `keep_screenshot`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.browser_support import opened
+from tests.browser_support import keep_screenshot, opened
 from tests.support import agent_run, human, reply
 
 from contextfold.cli import main
@@ -51,6 +51,12 @@ def view_rows(page: Any) -> list[tuple[str, str]]:
     return [(index, status) for index, status in rows]
 
 
+def figure_after(label: str, text: str) -> float:
+    found = re.search(label + r"([\d.]+)", text)
+    assert found is not None, f"no {label!r} in {text!r}"
+    return float(found.group(1))
+
+
 def expected_rows(result: ReplayResult, request: int) -> list[tuple[str, str]]:
     assert result.inspection is not None
     return [
@@ -70,7 +76,7 @@ def test_a_replay_page_renders_and_shows_each_compaction_and_view(tmp_path: Path
 
     with opened(path) as opened_page:
         page = opened_page.page
-        page.screenshot(path=str(tmp_path / "inspector.png"), full_page=True)
+        keep_screenshot(page, tmp_path / "inspector.png")
         # Every request is a point (fewer than the envelope's bound); every pass a marker.
         points = page.evaluate("document.getElementById('sent-line').points.numberOfItems")
         assert points == len(result.rows)
@@ -80,6 +86,17 @@ def test_a_replay_page_renders_and_shows_each_compaction_and_view(tmp_path: Path
         )
         assert markers == passes
         assert page.locator("#passes tbody tr").count() == len(passes)
+        # The window, budget and trigger are lines with their values; cost and cache share
+        # are drawn per request too.
+        totals = result.totals
+        for name, value in (("window", 9000), ("budget", totals.budget)):
+            title = page.text_content(f"#timeline .limit-{name} title")
+            assert title == f"{name}: {value:,}"
+        trigger = page.text_content("#timeline .limit-trigger title")
+        assert trigger == f"compaction trigger: {totals.trigger:,}"
+        for line in ("cost-line", "share-line"):
+            drawn = page.evaluate(f"document.getElementById('{line}').points.numberOfItems")
+            assert drawn == len(result.rows)
 
         # The last request is shown first: its view is the one the context sent.
         last = len(result.rows)
@@ -104,7 +121,7 @@ def test_a_replay_page_renders_and_shows_each_compaction_and_view(tmp_path: Path
         dropped = page.inner_text("#dropped")
         for first, final in pass_view.dropped:
             assert (f"r{first}–r{final}" if first != final else f"r{first}") in dropped
-        page.screenshot(path=str(tmp_path / "inspector-compaction.png"), full_page=True)
+        keep_screenshot(page, tmp_path / "inspector-compaction.png")
 
         # A row of the compaction table selects it too; a request between passes shows the
         # pass's view plus the messages admitted since.
@@ -120,6 +137,17 @@ def test_a_replay_page_renders_and_shows_each_compaction_and_view(tmp_path: Path
         page.mouse.click(box["x"] + position, box["y"] + box["height"] * 0.9)
         page.wait_for_selector(f"#details[data-request='{between}'][data-ready='1']")
         assert view_rows(page) == expected_rows(result, between)
+        # Its figures: the share repeating the previous request, and its cost per pricing.
+        facts = page.inner_text("#details .facts")
+        before_it = result.rows[between - 2]
+        at = result.rows[between - 1]
+        shown = figure_after(r"cache share ", facts)
+        assert abs(shown - 100 * min(at.prefix_tokens / at.tokens_after, 1.0)) <= 0.051
+        assert at.prefix_tokens > 0 and before_it.tokens_after > 0
+        assert result.costs
+        for priced in result.costs:
+            cost = figure_after(rf"cost \({priced.name}\) \$", facts)
+            assert cost == pytest.approx(priced.requests[between - 1], abs=1e-5)
         statuses = {status for _, status in view_rows(page)}
         assert "notice" in statuses and "kept" in statuses
 
@@ -176,7 +204,7 @@ def test_a_long_replay_is_downsampled_and_a_zoom_draws_every_request(tmp_path: P
         page.click(f"#timeline .marker[data-request='{chosen}']")
         page.wait_for_selector(f"#details[data-request='{chosen}'][data-ready='1']")
         assert view_rows(page) == expected_rows(result, chosen)
-        page.screenshot(path=str(tmp_path / "inspector-zoomed.png"), full_page=True)
+        keep_screenshot(page, tmp_path / "inspector-zoomed.png")
         page.click("#zoom-out")
         page.wait_for_function(
             f"document.getElementById('timeline').dataset.points === '{expected_points}'"
@@ -203,7 +231,7 @@ def test_the_replay_command_writes_the_page_and_it_opens(tmp_path: Path) -> None
     assert "default-src 'none'" in html
     with opened(page_path) as opened_page:
         assert "session.json" in opened_page.page.inner_text("h1")
-        opened_page.page.screenshot(path=str(tmp_path / "inspector-cli.png"), full_page=True)
+        keep_screenshot(opened_page.page, tmp_path / "inspector-cli.png")
     assert opened_page.errors == []
 
 
@@ -255,7 +283,7 @@ def test_an_eval_page_holds_every_run_and_contextfolds_views(tmp_path: Path) -> 
             for i in fold.inspection.view_of(chosen)
         ]
         assert view_rows(page) == expected
-        page.screenshot(path=str(tmp_path / "inspector-eval.png"), full_page=True)
+        keep_screenshot(page, tmp_path / "inspector-eval.png")
     assert opened_page.errors == []
 
     out = tmp_path / "out"
