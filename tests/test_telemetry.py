@@ -5,6 +5,7 @@ and with OpenTelemetry absent."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import textwrap
@@ -269,3 +270,82 @@ async def test_an_admission_span_counts_clipped_results_and_repairs() -> None:
         for s in spans
     ]
     assert notes == [(0, 0), (0, 1), (0, 0), (1, 0)]
+
+
+@pytest.mark.slow
+def test_a_provider_set_after_the_context_was_made_is_found() -> None:
+    # An application may build its context before it sets up OpenTelemetry (or never set it
+    # up, or name its provider in OTEL_PYTHON_TRACER_PROVIDER): the cheap path must not
+    # miss the provider once there is one. A fresh process: a provider is set only once.
+    script = textwrap.dedent(
+        """
+        import asyncio
+
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+            InMemorySpanExporter,
+        )
+
+        from contextfold import ContextFold
+
+        async def main():
+            context = ContextFold(max_tokens=4000)
+            await context.add_message({"role": "user", "content": "hi"})
+            await context.get_messages_for_request()  # no provider yet: nothing to record
+            exporter = InMemorySpanExporter()
+            provider = TracerProvider()
+            provider.add_span_processor(SimpleSpanProcessor(exporter))
+            assert exporter.get_finished_spans() == ()
+            trace.set_tracer_provider(provider)
+            await context.add_message({"role": "assistant", "content": "hello"})
+            await context.get_messages_for_request()
+            names = [span.name for span in exporter.get_finished_spans()]
+            assert names == ["contextfold.admit", "contextfold.request"], names
+
+        asyncio.run(main())
+        print("ok")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+@pytest.mark.slow
+def test_a_provider_named_in_the_environment_is_found() -> None:
+    # Nothing but the variable sets the provider up: the context loads it when it is made,
+    # and its request's events are emitted inside a recording request span.
+    script = textwrap.dedent(
+        """
+        import asyncio
+
+        from opentelemetry import trace
+
+        from contextfold import ContextFold
+
+        spans = []
+
+        def on_event(name, payload):
+            span = trace.get_current_span()
+            spans.append((name, getattr(span, "name", None), span.is_recording()))
+
+        async def main():
+            context = ContextFold(max_tokens=4000, on_event=on_event)
+            await context.add_message({"role": "user", "content": "hi"})
+            await context.get_messages_for_request()
+            assert ("context:budget", "contextfold.request", True) in spans, spans
+
+        asyncio.run(main())
+        print("ok")
+        """
+    )
+    environment = dict(os.environ, OTEL_PYTHON_TRACER_PROVIDER="sdk_tracer_provider")
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=environment
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
