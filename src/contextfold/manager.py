@@ -23,6 +23,7 @@ from .admission import admit
 from .compaction.summarize import Summarize
 from .config import ContextConfig
 from .context_lock import ContextLock
+from .context_search import ContextSearch
 from .context_state import ContextState
 from .conventions import SystemPromptFactory, normalize_retain_contents
 from .delivery import Delivery, meter_stats
@@ -38,6 +39,7 @@ from .recall import recall_message
 from .repair import Repair
 from .report import RequestReport
 from .request import RequestParts, RequestPlanner
+from .search import SearchHit, check_query
 from .store.base import SessionStore
 from .store.link import session_link
 from .summaries import Summarizer, SummaryStore
@@ -97,6 +99,7 @@ class ContextFold:
         self._parts = RequestParts(
             config, self._state, self._planner, self._lock, self._events, self._persistence
         )
+        self._search = ContextSearch(link)
 
     def _new_history(self) -> History:
         return History(self.counter, self.config.max_tool_result_bytes)
@@ -252,6 +255,16 @@ class ContextFold:
         await self._readable()
         history = self._state.history
         return recall_message(history, recall_id, max_tokens, self.counter, offset=offset)
+
+    async def search(self, query: str, limit: int = 5) -> list[SearchHit]:
+        """The ``limit`` messages that best match ``query`` (a few words describing what to
+        find) among those the view does not carry whole (compacted away, shortened or
+        cleared), best first: each a `SearchHit` with its recall id, role, score and a
+        snippet. Raises ValueError for an empty query, one of stopwords only, or a limit
+        outside 1-50. Safe during a compaction pass, as `get_messages`."""
+        query, limit = check_query(query, limit)
+        await self._readable()
+        return await self._search.search(self._state, query, limit)
 
     async def _readable(self) -> None:
         """Load a durable session on first use. History changes only in synchronous steps

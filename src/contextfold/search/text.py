@@ -1,43 +1,32 @@
-"""Search recall: which earlier messages match a description, ranked, with their recall ids.
+"""What a message is searched by: its words, in a form every backend indexes alike.
 
-A model that knows *what* it is looking for ("the order number of the Berlin customer") but
-not *where* it was asks by description; `MemorySearchIndex` ranks messages by BM25 (the
-ranking function of Lucene, SQLite's FTS5 and most search engines) over the words of each
-message: its text, and for an assistant turn the names and arguments of its calls, so a
-value is found where it was used as well as where it was read.
-
-The index is our own, small and incremental, rather than a package: the BM25 packages on
-PyPI build their index from a whole corpus at once (a rebuild whenever history grows), and
-this one only ever appends. Each message is tokenized once, when the index first catches up
-with it (`catch_up`), so a session that never searches pays nothing. A query walks the
-postings of its own terms only; terms in more than half the messages carry almost no weight
-under BM25 and are skipped when the query has rarer ones, which bounds a query's cost on a
-long history (`bench/bench_search.py`).
+`terms` turns text into index terms (lowercased words and numbers less stopwords, lightly
+stemmed, each identifier whole and in parts); `search_document` gives a message's terms
+and its kind (a human prompt, the agent's answer or calls, a tool result) for the ranking
+(`ranking`). The memory index and the SQLite and PostgreSQL stores all index exactly these
+terms, so the same history ranks the same everywhere.
 """
 
 from __future__ import annotations
 
-import heapq
 import json
-import math
 import re
-from array import array
-from bisect import bisect_left
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any
 
-# BM25's usual constants: term-frequency saturation and length normalisation.
-K1 = 1.2
-B = 0.75
+from ..conventions import is_hook_injection, is_human_prompt
+from ..messages import well_formed_text
+
 SNIPPET_CHARS = 240
-# A query walks all the postings of a term in at most this many messages (or a twentieth of
-# them, when more); a term more common than that only adds to what rarer terms found.
-COMMON_POSTINGS = 4_000
-_TF_BITS = 16  # a posting packs (message << 16 | count); counts above 65,535 count as that
-_TF_MAX = (1 << _TF_BITS) - 1
 MAX_LIMIT = 50
+# A message is indexed by its first this many characters of text (a tool result is capped at
+# admission anyway; this bounds what one message costs every backend to index).
+MAX_INDEXED_CHARS = 64_000
+# An identifier longer than this is indexed by its parts only (a long URL or a base64 run is
+# never typed whole into a query, and PostgreSQL refuses a lexeme over 2 KB).
+MAX_TERM_CHARS = 100
 
 # Words and numbers; an identifier such as ``ORD-4471`` gives ``ord`` and ``4471``, and the
 # whole form too (see `terms`), so a search for either finds it.
@@ -207,15 +196,73 @@ def terms(text: str, stems: dict[str, str] | None = None) -> list[str]:
         if token.isalnum():
             words = (token,)
         else:  # an identifier: itself, then its parts
-            found.append(token)
+            if len(token) <= MAX_TERM_CHARS:
+                found.append(token)
             words = _WORD.findall(token)
         for word in words:
             stem = memo.get(word)
             if stem is None:
                 stem = memo[word] = "" if word in STOPWORDS else _stem(word)
-            if stem:
+            if stem and len(stem) <= MAX_TERM_CHARS:
                 found.append(stem)
     return found
+
+
+class DocKind(IntEnum):
+    """What a message is to the ranking: a task's prompt, the agent's words or calls, a tool
+    result, or anything else (a hook's note, a reminder)."""
+
+    OTHER = 0
+    PROMPT = 1  # words a person typed: it opens a task
+    ANSWER = 2  # the agent's text without a call: a task's last one is its closing answer
+    CALL = 3  # the agent's turn that calls tools (its text, the calls' names and arguments)
+    RESULT = 4  # a tool's output
+
+
+@dataclass(frozen=True, slots=True)
+class SearchDocument:
+    """A message as every backend indexes it: its terms, repeats kept, and its kind."""
+
+    terms: tuple[str, ...]
+    kind: DocKind
+
+
+def search_document(
+    message: Mapping[str, Any], stems: dict[str, str] | None = None
+) -> SearchDocument:
+    """The terms and kind of ``message``. System and developer messages (the system prompt,
+    always in the view) have no terms; a hook's note is searched as any other message. The
+    text is taken in its well-formed form (a lone surrogate as U+FFFD), as the view carries it
+    and as every store reads it back."""
+    role = message.get("role")
+    if role in ("system", "developer") and not is_hook_injection(message):
+        return SearchDocument((), DocKind.OTHER)
+    text = well_formed_text(searchable_text(message)[:MAX_INDEXED_CHARS])
+    return SearchDocument(tuple(terms(text, stems)), _kind(message, role))
+
+
+def _kind(message: Mapping[str, Any], role: Any) -> DocKind:
+    if role == "assistant":
+        content = message.get("content")
+        calls = bool(message.get("tool_calls")) or (
+            isinstance(content, list)
+            and any(
+                isinstance(b, Mapping) and b.get("type") in ("tool_use", "tool_call")
+                for b in content
+            )
+        )
+        return DocKind.CALL if calls else DocKind.ANSWER
+    if role == "tool":
+        return DocKind.RESULT
+    if role == "user":
+        content = message.get("content")
+        if isinstance(content, list) and any(
+            isinstance(b, Mapping) and b.get("type") == "tool_result" for b in content
+        ):
+            return DocKind.RESULT
+        if is_human_prompt(message):
+            return DocKind.PROMPT
+    return DocKind.OTHER
 
 
 def searchable_text(message: Mapping[str, Any]) -> str:
@@ -263,113 +310,6 @@ def _as_text(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False, default=str)
     except ValueError:  # a circular structure cannot come from JSON: nothing to search
         return ""
-
-
-@dataclass(frozen=True, slots=True)
-class SearchHit:
-    """One match: the message's history index, its BM25 score and a snippet of its text
-    around the best-matching term."""
-
-    index: int
-    score: float
-    snippet: str
-
-
-class MemorySearchIndex:
-    """An append-only BM25 index over messages numbered 0, 1, 2, ... in admission order.
-
-    Postings are kept per term as one compact array, ascending, each entry a message number
-    and the term's count in it packed into one integer (``doc << 16 | count``), so a lookup
-    of one message in a term's postings is a binary search. A query scores its rarest terms
-    over all their postings and its most common ones only for the messages the rarer terms
-    found (`COMMON_POSTINGS`): a term in tens of thousands of messages cannot lift a
-    message that matches nothing rarer into the best few, and walking it would make every
-    query cost the history.
-    """
-
-    def __init__(self) -> None:
-        self._postings: dict[str, array[int]] = {}  # term -> packed (message, count)
-        self._lengths: array[int] = array("i")  # terms per message
-        self._total_length = 0
-        self._stems: dict[str, str] = {}
-
-    def __len__(self) -> int:
-        return len(self._lengths)
-
-    def add(self, doc: int, text: str) -> None:
-        """Index message ``doc``, the next one in order (docs are added once, in order)."""
-        if doc != len(self._lengths):
-            raise ValueError(
-                f"documents are added in order: expected {len(self._lengths)}, got {doc}"
-            )
-        counts = Counter(terms(text, self._stems))
-        postings = self._postings
-        packed = doc << _TF_BITS
-        for term, tf in counts.items():
-            found = postings.get(term)
-            entry = packed | min(tf, _TF_MAX)
-            if found is None:
-                postings[term] = array("q", (entry,))
-            else:
-                found.append(entry)
-        length = sum(counts.values())
-        self._lengths.append(length)
-        self._total_length += length
-
-    def catch_up(self, texts: Iterable[tuple[int, str]]) -> None:
-        """Index the messages not indexed yet (``(doc, text)`` from ``len(self)`` on)."""
-        for doc, text in texts:
-            self.add(doc, text)
-
-    def search(
-        self, query: str, limit: int = 5, *, skip: Callable[[int], bool] | None = None
-    ) -> list[tuple[int, float]]:
-        """The ``limit`` best ``(doc, score)`` for ``query``, best first, leaving out every
-        doc ``skip`` says to (those still in the view, say). Ties go to the newer message."""
-        count = len(self._lengths)
-        docs = self._postings
-        wanted = sorted(
-            (t for t in dict.fromkeys(terms(query, self._stems)) if t in docs),
-            key=lambda t: len(docs[t]),
-        )
-        if not count or not wanted or limit <= 0:
-            return []
-        # A term in more than half the messages has an idf near zero: with rarer terms in
-        # the query it changes nothing that matters, and is left out.
-        rare = [t for t in wanted if len(docs[t]) * 2 <= count]
-        used = rare or wanted
-        common = max(COMMON_POSTINGS, count // 20)
-        average = self._total_length / count
-        lengths = self._lengths
-        length_weight = K1 * B / average
-        base = K1 * (1 - B)
-        scores: dict[int, float] = {}
-        for term in used:
-            postings = docs[term]
-            df = len(postings)
-            idf = math.log(1 + (count - df + 0.5) / (df + 0.5))
-            gain = idf * (K1 + 1)
-            if df > common and len(scores) >= limit:
-                # Only the messages rarer terms found: a binary search in the postings each.
-                for doc in list(scores):
-                    at = bisect_left(postings, doc << _TF_BITS)
-                    if at < df and postings[at] >> _TF_BITS == doc:
-                        tf = postings[at] & _TF_MAX
-                        scores[doc] += gain * tf / (tf + base + length_weight * lengths[doc])
-                continue
-            start = max(0, df - common)  # a common term alone: its newest postings
-            get = scores.get
-            for entry in postings[start:]:
-                doc, tf = entry >> _TF_BITS, entry & _TF_MAX
-                scores[doc] = get(doc, 0.0) + gain * tf / (tf + base + length_weight * lengths[doc])
-        if skip is not None:
-            for doc in [d for d in scores if skip(d)]:
-                del scores[doc]
-        return heapq.nlargest(limit, scores.items(), key=_rank)
-
-
-def _rank(item: tuple[int, float]) -> tuple[float, int]:
-    return item[1], item[0]
 
 
 def snippet(text: str, query: str, chars: int = SNIPPET_CHARS) -> str:
