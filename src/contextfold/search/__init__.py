@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ..recall import recall_id as _recall_id
 from .memory import MemorySearchIndex
 from .ranking import (
-    COMMON_POSTINGS,
+    MAX_CANDIDATES,
     NO_TASK,
     CandidatesRequest,
     DocInfo,
@@ -41,7 +41,7 @@ from .text import (
 )
 
 __all__ = [
-    "COMMON_POSTINGS",
+    "MAX_CANDIDATES",
     "MAX_LIMIT",
     "NO_TASK",
     "SNIPPET_CHARS",

@@ -13,7 +13,8 @@ usually shares the description's words. So a message is found two ways:
 
 1. **by its own words**: BM25 (Lucene's and SQLite FTS5's ranking function) over its terms;
    terms in more than half the messages carry almost no weight and are left out when the
-   query has rarer ones, which bounds a query's cost on a long history;
+   query has rarer ones, and only the messages holding the rarest terms are scored
+   (`MAX_CANDIDATES`), which bounds a query's cost on a long history;
 2. **by its task**: a message belongs to the task of the last human prompt before it. The
    earlier tasks whose prompts match the query best (`TASKS`, each at least `TASK_SHARE` of
    the best one's score) lend their messages a score, weighted by where the finding of a
@@ -41,9 +42,12 @@ from .text import DocKind, terms
 # BM25's usual constants: term-frequency saturation and length normalisation.
 K1 = 1.2
 B = 0.75
-# A term in at most this many messages (or a twentieth of them, when more) is looked up in
-# full; a query made only of terms more common than that reads their newest postings only.
-COMMON_POSTINGS = 4_000
+# At most this many messages are scored for a query's words: its terms are taken from the
+# rarest while their postings fit; the more common ones only score the messages found (a
+# term in thousands of messages cannot lift one that holds no rarer term into the best few,
+# and reading it would make every query cost the history). A query whose rarest term alone
+# is in more messages reads that term's newest postings only.
+MAX_CANDIDATES = 500
 # Task expansion: at most this many earlier tasks lend their messages a score, each scoring
 # at least this share of the best one; each lends its newest TASK_DOCS messages.
 TASKS = 4
@@ -124,9 +128,15 @@ def rank(query: str, limit: int, skip: Callable[[int], bool] | None = None) -> R
     # A term in more than half the messages has an idf near zero: with rarer terms in the
     # query it changes nothing that matters, and is left out.
     used = tuple([t for t in wanted if df[t] * 2 <= count] or wanted)
-    cap = max(COMMON_POSTINGS, count // 20)
-    full = tuple(t for t in used if df[t] <= cap)
-    found: Sequence[DocInfo] = yield CandidatesRequest(full, () if full else used, cap, used)
+    full: list[str] = []
+    postings = 0
+    for term in used:  # the rarest first, while their postings fit
+        postings += df[term]
+        if postings > MAX_CANDIDATES:
+            break
+        full.append(term)
+    newest = () if full else used[:1]
+    found: Sequence[DocInfo] = yield CandidatesRequest(tuple(full), newest, MAX_CANDIDATES, used)
     score = _Bm25(used, df, count, stats.total_length)
     infos = {info.doc: info for info in found}
     own = {doc: score(info) for doc, info in infos.items()}
