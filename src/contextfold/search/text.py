@@ -20,6 +20,7 @@ from ..conventions import is_hook_injection, is_human_prompt
 from ..messages import well_formed_text
 
 SNIPPET_CHARS = 240
+_SNIPPET_PLACES = 20  # occurrences of each query word a snippet considers
 MAX_LIMIT = 50
 # A message is indexed by its first this many characters of text (a tool result is capped at
 # admission anyway; this bounds what one message costs every backend to index).
@@ -313,18 +314,33 @@ def _as_text(value: Any) -> str:
 
 
 def snippet(text: str, query: str, chars: int = SNIPPET_CHARS) -> str:
-    """About ``chars`` characters of ``text`` around the first word of ``query`` it holds
-    (its start when none), on one line."""
+    """About ``chars`` characters of ``text``, on one line, where the most distinct words of
+    ``query`` meet (the earliest such place; its start when it holds none): the part of a
+    long tool output the model asked about, not its header."""
     flat = " ".join(text.split())
     if len(flat) <= chars:
         return flat
     lowered = flat.lower()
-    positions = [
-        lowered.find(word)
-        for word in _WORD.findall(query.lower())
-        if word not in STOPWORDS and len(word) > 2
+    words = [
+        w for w in dict.fromkeys(_WORD.findall(query.lower())) if w not in STOPWORDS and len(w) > 2
     ]
-    found = min((p for p in positions if p >= 0), default=0)
+    found = 0
+    if words:
+        occurrences: list[tuple[int, int]] = []  # (position, which word)
+        for k, word in enumerate(words):
+            at = lowered.find(word)
+            count = 0
+            while at >= 0 and count < _SNIPPET_PLACES:
+                occurrences.append((at, k))
+                at = lowered.find(word, at + 1)
+                count += 1
+        occurrences.sort()
+        best = -1
+        for i, (at, _) in enumerate(occurrences):
+            # The distinct words within the window this occurrence would start.
+            seen = {k for position, k in occurrences[i:] if position < at + chars * 2 // 3}
+            if len(seen) > best:
+                best, found = len(seen), at
     start = max(0, min(found - chars // 3, len(flat) - chars))
     piece = flat[start : start + chars]
     return ("..." if start else "") + piece + ("..." if start + chars < len(flat) else "")
