@@ -35,7 +35,8 @@ from .messages import Kind
 from .meter import MeterStats
 from .persistence import Persistence
 from .recall import DEFAULT_MAX_TOKENS as DEFAULT_RECALL_TOKENS
-from .recall import recall_message
+from .recall import RecallError, parse_recall_id, recall_message
+from .recall import recall_id as _recall_id
 from .repair import Repair
 from .report import RequestReport
 from .request import RequestParts, RequestPlanner
@@ -265,6 +266,52 @@ class ContextFold:
         query, limit = check_query(query, limit)
         await self._readable()
         return await self._search.search(self._state, query, limit)
+
+    # -- pins --------------------------------------------------------------------------------
+
+    async def pin(self, recall_id: str) -> None:
+        """Keep the message ``recall_id`` names (``"r41"``) in the view whole from the next
+        request on (brought back if compaction had taken it out; a tool result keeps its
+        call group). Pins yield only when the view without its notice cannot otherwise fit
+        the budget, before anything the request cannot go without. Saved with a durable
+        session; `set_messages` and `clear` drop pins made by id (a replaced history's
+        messages keep the ``metadata.pinned`` they were admitted with). Raises `RecallError`
+        (a ValueError) for an id history does not hold, or a message never sent."""
+        await self._change_pin(recall_id, True)
+
+    async def unpin(self, recall_id: str) -> None:
+        """Let the message ``recall_id`` names be compacted again (pinned by id or by its
+        ``metadata.pinned``); unpinning a message that is not pinned changes nothing.
+        `RecallError` as `pin`."""
+        await self._change_pin(recall_id, False)
+
+    @property
+    def pins(self) -> list[str]:
+        """The recall ids of the pinned messages, in history order."""
+        return [_recall_id(i) for i in sorted(self._state.history.pins)]
+
+    async def _change_pin(self, recall_id: str, pinned: bool) -> None:
+        await self._readable()
+        async with self._lock:
+            await self._parts.loaded()
+            state = self._state
+            history = state.history
+            index = parse_recall_id(recall_id, len(history))
+            if history.entries[index].view is None:
+                raise RecallError(
+                    f"{recall_id.strip()} is history only (never sent to the model), so the "
+                    "view cannot carry it: there is nothing to pin",
+                    "invalid_argument",
+                )
+            if (index in history.pins) == pinned:
+                return
+            if pinned:
+                history.pins.add(index)
+            else:
+                history.pins.discard(index)
+                state.sticky.pins_seen = state.sticky.pins_seen - {index}
+            state.state_dirty = True  # saved with the compaction state
+            await self._parts.persisted()
 
     async def _readable(self) -> None:
         """Load a durable session on first use. History changes only in synchronous steps

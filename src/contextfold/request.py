@@ -278,6 +278,8 @@ class RequestPlanner:
         overhead = fixed + max(0, measured - estimate)
         retained = self.find_reminders(state, required_reminders)
         restore = any(sticky.compacted(history, i) for i in retained)
+        # A message pinned since the last plan that the view has compacted comes back now.
+        repin = sticky.newly_pinned_out(history)
 
         # The notice rides on its own reserve (already taken out of `usable`), so the trigger
         # compares the messages alone; counting the notice too would re-trigger a view the
@@ -298,7 +300,7 @@ class RequestPlanner:
         # Never deliver a view over the budget by either figure: an under-reporting meter
         # (one usage shape read as another) must not let the estimate overflow.
         over_budget = max(measured, estimate) > budget
-        if messages_size > fires_at or restore or over_budget:
+        if messages_size > fires_at or restore or over_budget or repin:
 
             def raw(tokens: int) -> int:
                 return max(0, math.floor((tokens - overhead) / ratio) - request_raw)
@@ -335,7 +337,7 @@ class RequestPlanner:
                 # the next request without it does not keep it.
                 delivered = assemble_view(history, result.state, result.notice)
                 delivered_raw = after_raw
-            elif changed and (after_raw < before_raw or over_budget or adopted):
+            elif changed and (after_raw < before_raw or over_budget or adopted or repin):
                 sticky.commit(history, result)
                 state.state_dirty = True
                 sticky.summaries_adopted = sticky.summaries_adopted or adopted

@@ -20,7 +20,7 @@ from .working import FoldState
 
 LINE_CHARS = 160
 # The one line that tells the model it can search what left its view (`context_recall`).
-SEARCH_LINE = f'- To find something left out, {RECALL_TOOL}(query="a few words") lists matches.'
+SEARCH_LINE = f'- {RECALL_TOOL}(query="...") searches what was left out.'
 
 CHARS_PER_TOKEN = 3  # conservative: digest lines are dense (names, ids, numbers)
 

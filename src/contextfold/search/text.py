@@ -324,7 +324,7 @@ def snippet(text: str, query: str, chars: int = SNIPPET_CHARS) -> str:
     words = [
         w for w in dict.fromkeys(_WORD.findall(query.lower())) if w not in STOPWORDS and len(w) > 2
     ]
-    found = 0
+    found, span = 0, 0
     if words:
         occurrences: list[tuple[int, int]] = []  # (position, which word)
         for k, word in enumerate(words):
@@ -338,10 +338,13 @@ def snippet(text: str, query: str, chars: int = SNIPPET_CHARS) -> str:
         best = -1
         for i, (at, _) in enumerate(occurrences):
             # The distinct words within the window this occurrence would start.
-            seen = {k for position, k in occurrences[i:] if position < at + chars * 2 // 3}
+            inside = [(p, k) for p, k in occurrences[i:] if p < at + chars * 2 // 3]
+            seen = {k for _, k in inside}
             if len(seen) > best:
-                best, found = len(seen), at
-    start = max(0, min(found - chars // 3, len(flat) - chars))
+                last, word = inside[-1]
+                best, found, span = len(seen), at, last + len(words[word]) - at
+    # The matched words centred in the window.
+    start = max(0, min(found - max(0, chars - span) // 2, len(flat) - chars))
     piece = flat[start : start + chars]
     return ("..." if start else "") + piece + ("..." if start + chars < len(flat) else "")
 
