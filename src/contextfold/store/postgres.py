@@ -51,7 +51,12 @@ from contextfold.store.base import (
 )
 from contextfold.store.conninfo import display, parse, scrub
 from contextfold.store.postgres_open import settle
-from contextfold.store.postgres_search import forget_session, index_messages, search_session
+from contextfold.store.postgres_search import (
+    forget_session,
+    index_message,
+    index_messages,
+    search_session,
+)
 from contextfold.store.schema import POSTGRES_SCHEMA
 from contextfold.store.search_rows import Indexer
 from contextfold.summaries.records import SummaryRecord
@@ -251,7 +256,7 @@ class PostgresStore:
                     _INSERT_MESSAGE,
                     (session_id, expected_seq + 1, message_json, cost, info_json, cost_counter),
                 )
-                await index_messages(connection, self._indexer, session_id, [message_json])
+                await index_message(connection, self._indexer, session_id, message_json)
         except psycopg.errors.UniqueViolation:
             # Unreachable while the compare-and-set holds; kept so a duplicate can never
             # pass as success whatever changes around it.

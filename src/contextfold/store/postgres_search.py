@@ -23,6 +23,7 @@ import psycopg
 from contextfold.search import (
     CandidatesRequest,
     DocInfo,
+    DocKind,
     Request,
     SessionStats,
     StatsRequest,
@@ -39,7 +40,7 @@ from contextfold.store.search_rows import (
     document_frequencies,
 )
 
-__all__ = ["backfill", "forget_session", "index_messages", "search_session"]
+__all__ = ["backfill", "forget_session", "index_message", "index_messages", "search_session"]
 
 Connection = psycopg.AsyncConnection[Any]
 _DOC_COLUMNS = "position, length, task, kind, terms"
@@ -65,6 +66,48 @@ async def _session(connection: Connection, session_id: str) -> tuple[int, Sessio
 
 def _lexemes(key: int, row: SearchRow) -> str:
     return SEPARATOR.join(f"{key}:{term}" for term in row.distinct)
+
+
+# One append's indexing in one statement (one round trip): the session's row moves on (made
+# if it has none) and gives the message its position and task, then the message's row and its
+# terms' document frequencies are written.
+_INDEX_ONE = """
+WITH s AS (
+  INSERT INTO cf_search_sessions AS c (session_id, docs, total_length, task)
+  VALUES (%(session)s, 1, %(length)s, CASE WHEN %(prompt)s THEN 0 ELSE -1 END)
+  ON CONFLICT (session_id) DO UPDATE SET
+    docs = c.docs + 1,
+    total_length = c.total_length + EXCLUDED.total_length,
+    task = CASE WHEN %(prompt)s THEN c.docs ELSE c.task END
+  RETURNING search_key, docs - 1 AS position, task
+), d AS (
+  INSERT INTO cf_search_docs (search_key, position, task, kind, length, terms, lexemes)
+  SELECT s.search_key, s.position, s.task, %(kind)s, %(length)s, %(terms)s,
+    array_to_tsvector(ARRAY(SELECT s.search_key || ':' || t FROM unnest(%(distinct)s::text[]) t))
+  FROM s
+)
+INSERT INTO cf_search_terms (search_key, term, df)
+SELECT s.search_key, t, 1 FROM s, unnest(%(distinct)s::text[]) t
+ON CONFLICT (search_key, term) DO UPDATE SET df = cf_search_terms.df + 1
+"""
+
+
+async def index_message(
+    connection: Connection, indexer: Indexer, session_id: str, message_json: str
+) -> None:
+    """Index the message just appended to the session (inside the append's transaction)."""
+    terms, kind = indexer.document(message_json)
+    await connection.execute(
+        _INDEX_ONE,
+        {
+            "session": session_id,
+            "length": len(terms),
+            "prompt": kind == DocKind.PROMPT,
+            "kind": int(kind),
+            "terms": SEPARATOR.join(terms),
+            "distinct": list(dict.fromkeys(terms)),
+        },
+    )
 
 
 async def index_messages(

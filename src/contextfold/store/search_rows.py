@@ -65,19 +65,22 @@ class Indexer:
     def __init__(self) -> None:
         self._stems: dict[str, str] = {}
 
-    def row(self, message_json: str, state: SessionIndexState) -> SearchRow:
-        """The row of the next message of a session at ``state``, which it then moves on."""
+    def document(self, message_json: str) -> tuple[tuple[str, ...], DocKind]:
+        """The search terms and kind of a stored message text."""
         if len(self._stems) > _STEMS_KEPT:
             self._stems = {}
         try:
             message = json.loads(message_json)
         except ValueError:  # the store checked it; a row it cannot read has no terms
             message = None
-        if isinstance(message, dict):
-            document = search_document(message, self._stems)
-            terms, kind = document.terms, document.kind
-        else:
-            terms, kind = (), DocKind.OTHER
+        if not isinstance(message, dict):
+            return (), DocKind.OTHER
+        document = search_document(message, self._stems)
+        return document.terms, document.kind
+
+    def row(self, message_json: str, state: SessionIndexState) -> SearchRow:
+        """The row of the next message of a session at ``state``, which it then moves on."""
+        terms, kind = self.document(message_json)
         position = state.docs
         if kind == DocKind.PROMPT:
             state.task = position
