@@ -124,6 +124,24 @@ async def test_pins_never_turn_a_request_that_fits_into_an_error() -> None:
     assert carries(view, messages[-1])
 
 
+async def test_a_pin_that_cannot_fit_is_not_planned_again_on_every_request() -> None:
+    # r2 calls 30 tools at once: even shortened, its group is far too big for the window,
+    # so pinned it yields back out whole; no pass may try again on every request.
+    wide = tool_round(0, calls=30, result_chars=1200)
+    messages = [SYSTEM, human("Start."), *wide, *long_run(6)[2:], human("Continue.")]
+    context = ContextFold(max_tokens=1500)
+    await context.set_messages(messages)
+    await context.get_messages_for_request()
+    await context.pin("r2")
+    await context.get_messages_for_request()
+    assert "pins" in context.last_report.relaxed
+    view = await context.get_messages_for_request()
+    assert not carries(view, messages[2])
+    for _ in range(3):  # no compaction storm: the same view, no pass
+        again = await context.get_messages_for_request()
+        assert not context.last_report.compacted and again == view
+
+
 @pytest.mark.parametrize(
     ("rid", "kind", "text"),
     [

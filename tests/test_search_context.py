@@ -161,6 +161,14 @@ async def test_a_replaced_history_is_searched_afresh() -> None:
     assert await context.search("sandwiches", limit=5) == []
 
 
+async def test_a_store_without_an_index_is_searched_through_the_memory_index() -> None:
+    plain = await filled(ContextFold(max_tokens=3000), session())
+    stored = await filled(
+        ContextFold(max_tokens=3000, store="memory://", session_id="m"), session()
+    )
+    assert ids(await stored.search(QUERY, limit=5)) == ids(await plain.search(QUERY, limit=5))
+
+
 # -- the same hits on every backend ------------------------------------------------------
 
 

@@ -351,6 +351,9 @@ class RequestPlanner:
             if not restore:
                 delivered = sticky.view
                 delivered_raw = sticky.raw + sticky.notice_cost + request_raw
+            if repin:
+                # Planned with every pin, kept or yielded: not planned again for them.
+                sticky.pins_seen = frozenset(history.pins)
             after_estimate = math.ceil(delivered_raw * ratio) + fixed
         else:
             after_estimate = estimate
