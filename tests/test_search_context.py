@@ -214,6 +214,18 @@ async def test_memory_sqlite_and_postgresql_give_the_same_hits(
 
 
 @pytest.mark.slow
+async def test_a_query_of_thousands_of_words_is_searched_by_its_first_terms(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'long.db'}"
+    stored = await filled(ContextFold(max_tokens=3000, store=url, session_id="s"), session())
+    plain = await filled(ContextFold(max_tokens=3000), session())
+    pasted = QUERY + " " + " ".join(f"filler{i}" for i in range(300_000))
+    assert ids(await stored.search(pasted)) == ids(await plain.search(pasted))
+    assert ids(await plain.search(pasted)) == ids(await plain.search(QUERY))
+
+
+@pytest.mark.slow
 async def test_a_resumed_durable_session_searches_its_stored_index_at_once(
     tmp_path: Path, server: PostgresServer
 ) -> None:

@@ -37,7 +37,7 @@ from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from .text import DocKind, terms
+from .text import QUERY_CHARS, DocKind, terms
 
 # BM25's usual constants: term-frequency saturation and length normalisation.
 K1 = 1.2
@@ -48,6 +48,10 @@ B = 0.75
 # and reading it would make every query cost the history). A query whose rarest term alone
 # is in more messages reads that term's newest postings only.
 MAX_CANDIDATES = 500
+# A query is searched by its first this many distinct terms, read from its first
+# QUERY_CHARS characters (a pasted page is a description too, but its thousandth word adds
+# nothing, and a store's statement must stay bounded).
+MAX_QUERY_TERMS = 64
 # Task expansion: at most this many earlier tasks lend their messages a score, each scoring
 # at least this share of the best one; each lends its newest TASK_DOCS messages.
 TASKS = 4
@@ -118,7 +122,7 @@ Ranking = Generator[Request, Any, list[tuple[int, float]]]
 def rank(query: str, limit: int, skip: Callable[[int], bool] | None = None) -> Ranking:
     """The ``limit`` best ``(position, score)`` for ``query``, best first (ties: the newer
     first), leaving out every position ``skip`` says to; see the module for the score."""
-    words = tuple(dict.fromkeys(terms(query)))
+    words = tuple(dict.fromkeys(terms(query[:QUERY_CHARS])))[:MAX_QUERY_TERMS]
     stats: SessionStats = yield StatsRequest(words)
     count = stats.docs
     df = stats.df

@@ -20,7 +20,9 @@ from ..conventions import is_hook_injection, is_human_prompt
 from ..messages import well_formed_text
 
 SNIPPET_CHARS = 240
+QUERY_CHARS = 4_000  # of a query, what a search and a snippet read
 _SNIPPET_PLACES = 20  # occurrences of each query word a snippet considers
+_SNIPPET_WORDS = 64  # query words a snippet looks for
 MAX_LIMIT = 50
 # A message is indexed by its first this many characters of text (a tool result is capped at
 # admission anyway; this bounds what one message costs every backend to index).
@@ -358,9 +360,10 @@ def check_query(query: Any, limit: Any) -> tuple[str, int]:
         )
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise ValueError(f"limit must be a whole number from 1 to {MAX_LIMIT}, got {limit!r}")
-    if not terms(query):
+    if not terms(query[:QUERY_CHARS]):
+        where = f" in its first {QUERY_CHARS:,} characters" if len(query) > QUERY_CHARS else ""
         raise ValueError(
-            f"the query {query[:60]!r} has no word to search by (only stopwords or "
+            f"the query {query[:60]!r} has no word to search by{where} (only stopwords or "
             "punctuation): describe what to find"
         )
     return query, limit
