@@ -44,6 +44,7 @@ LAYERS: dict[str, int] = {
     "report": 6,
     "manager": 7,
     "context_state": 7,
+    "context_search": 7,
     "delivery": 7,
     "persistence": 7,
     "summary_pass": 7,
