@@ -78,9 +78,6 @@ def layer_of(module: str) -> int:
     raise KeyError(f"{module}: no layer in tests/test_layers.py; add it to LAYERS")
 
 
-# Imports still to be turned around (each removal makes the tests below stricter).
-UNRESOLVED = {("budget", "config")}
-
 MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
@@ -119,7 +116,7 @@ def imports_of(module: str) -> set[str]:
                     if name:
                         found.add(name)
     found.discard(module)
-    return {target for target in found if (module, target) not in UNRESOLVED}
+    return found
 
 
 GRAPH = {module: imports_of(module) for module in MODULES}
