@@ -42,6 +42,7 @@ from contextfold import (
     Relaxation,
     Repair,
     RequestReport,
+    SearchHit,
     StoreError,
     SummaryStats,
     TokenCounter,
@@ -117,6 +118,15 @@ async def agent_loop() -> list[str]:
     assert len(history) == 62  # nothing lost
     assert_type(await context.recall("r2"), str)
     assert_type(await context.recall("r2", max_tokens=50, offset=10), str)
+    hits = await context.search("day 3 deploy", limit=3)
+    assert_type(hits, list[SearchHit])
+    for hit in hits:
+        assert_type(hit.recall_id, str)
+        assert_type(hit.snippet, str)
+    await context.pin("r2")
+    assert_type(context.pins, list[str])
+    assert context.pins == ["r2"]
+    await context.unpin("r2")
     assert_type(await context.get_messages_for_request(token_budget=4_000), list[dict[str, Any]])
     assert_type(context.kinds(), list[Kind])
     assert context.kinds()[1] is Kind.HUMAN

@@ -281,6 +281,8 @@ class RequestPlanner:
         overhead = fixed + max(0, measured - estimate)
         retained = self.find_reminders(state, required_reminders)
         restore = any(sticky.compacted(history, i) for i in retained)
+        # A message pinned since the last plan that the view has compacted comes back now.
+        repin = sticky.newly_pinned_out(history)
 
         # The notice rides on its own reserve (already taken out of `usable`), so the trigger
         # compares the messages alone; counting the notice too would re-trigger a view the
@@ -301,7 +303,7 @@ class RequestPlanner:
         # Never deliver a view over the budget by either figure: an under-reporting meter
         # (one usage shape read as another) must not let the estimate overflow.
         over_budget = max(measured, estimate) > budget
-        if messages_size > fires_at or restore or over_budget:
+        if messages_size > fires_at or restore or over_budget or repin:
 
             def raw(tokens: int) -> int:
                 return max(0, math.floor((tokens - overhead) / ratio) - request_raw)
@@ -338,7 +340,7 @@ class RequestPlanner:
                 # the next request without it does not keep it.
                 delivered = assemble_view(history, result.state, result.notice)
                 delivered_raw = after_raw
-            elif changed and (after_raw < before_raw or over_budget or adopted):
+            elif changed and (after_raw < before_raw or over_budget or adopted or repin):
                 sticky.commit(history, result)
                 state.state_dirty = True
                 sticky.summaries_adopted = sticky.summaries_adopted or adopted
@@ -352,6 +354,9 @@ class RequestPlanner:
             if not restore:
                 delivered = sticky.view
                 delivered_raw = sticky.raw + sticky.notice_cost + request_raw
+            if repin:
+                # Planned with every pin, kept or yielded: not planned again for them.
+                sticky.pins_seen = frozenset(history.pins)
             after_estimate = math.ceil(delivered_raw * ratio) + fixed
         else:
             after_estimate = estimate

@@ -33,10 +33,11 @@ class PassResult:
     level: int = 0  # highest level of the rungs that changed something (see `Rung.level`)
     protection: Protection | None = None
     relaxation: Relaxation = Relaxation.NONE  # how far soft protection yielded
+    pins_yielded: bool = False  # pinned messages were in the view when pins yielded
 
     @property
     def relaxed(self) -> list[str]:
-        return self.relaxation.steps()
+        return self.relaxation.steps(pins=self.pins_yielded)
 
 
 def view_raw_total(history: History, state: FoldState) -> int:
@@ -112,14 +113,19 @@ def run_pass(
     if budget_raw is None:
         budget_raw = max(limit_raw, target_raw) + notice_reserve
     state = sticky.copy()
-    # Content the request must carry complete (a retained reminder) comes back into the
-    # view even if an earlier pass compacted it.
-    for index in retained:
+    # Content the request must carry complete (a retained reminder), and pinned messages
+    # (an earlier pass compacted them, or they yielded to the budget: they get another
+    # chance), come back into the view, whole, with their call group.
+    restored = False
+    for index in (*retained, *history.pins):
         if state.truncated.pop(index, None) is not None:
             state.stripped.discard(index)
             state.shortened.discard(index)
+            restored = True
         unit = history.entries[index].unit
-        state.restore_unit(unit, history.units[unit].entries)
+        if unit in state.removed_units:
+            state.restore_unit(unit, history.units[unit].entries)
+            restored = True
 
     relaxation = Relaxation.NONE
 
@@ -140,7 +146,7 @@ def run_pass(
         counter=counter,
         raw_total=(
             sticky_raw
-            if sticky_raw is not None and not retained
+            if sticky_raw is not None and not restored
             else view_raw_total(history, state)
         ),
         truncate_chars=truncate_chars,
@@ -168,6 +174,15 @@ def run_pass(
         work.protection = protect()
         work.limit_raw = goal_raw
         level = max(level, _run_ladder(work, ladder, goal_raw, goal_raw, protect))
+    # Pinned messages yield last, and only to the budget itself: the notice can go instead,
+    # so they give way only when the messages alone are over it, and only as far as it.
+    pins_yielded = False
+    if work.raw_total > budget_raw and history.pins:
+        pins_yielded = bool(work.kept_among(history.pins))
+        relaxation = Relaxation.PINS
+        work.protection = protect()
+        work.limit_raw = budget_raw
+        level = max(level, _run_ladder(work, ladder, budget_raw, budget_raw, protect))
     # Still over the budget with every soft protection gone: the newest group's results are
     # shortened in the view, as far as the budget needs, before the request is refused.
     if work.raw_total > budget_raw and shorten_newest_results(work, budget_raw):
@@ -197,6 +212,7 @@ def run_pass(
         level=level,
         protection=work.protection,
         relaxation=relaxation,
+        pins_yielded=pins_yielded,
     )
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import json.scanner
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -39,6 +39,7 @@ __all__ = [
     "DOCUMENT_VERSION",
     "HISTORY_GENESIS",
     "ConcurrentUpdateError",
+    "SearchableStore",
     "SessionInfo",
     "SessionStore",
     "StoreError",
@@ -353,6 +354,28 @@ class SessionStore(Protocol):
 
     async def records(self, session_id: str | None = None) -> list[SummaryRecord]:
         """Summary records in insertion order, optionally only one session's."""
+        ...
+
+
+@runtime_checkable
+class SearchableStore(Protocol):
+    """A store that keeps a full-text index of every session's messages, written in the
+    same transaction as each append (and rebuilt by a replacement), and ranks with
+    contextfold's own algorithm (`contextfold.search.ranking`), so its hits are those the
+    memory index gives on the same history. The SQLite and PostgreSQL stores are; a store
+    that is not is searched through the context's memory index instead."""
+
+    async def search(
+        self,
+        session_id: str,
+        query: str,
+        limit: int,
+        *,
+        skip: Callable[[int], bool] | None = None,
+    ) -> list[tuple[int, float]]:
+        """The ``limit`` best ``(position, score)`` among the session's messages for
+        ``query`` (its positions are history indices: 0 is the first message), leaving out
+        every position ``skip`` says to; empty for an unknown session."""
         ...
 
 
