@@ -21,7 +21,7 @@ from contextfold import ContextFold
 from contextfold.errors import ConfigError, ContextLengthError
 from contextfold.recall import RecallError
 from contextfold.summaries import scripted_summarizer
-from contextfold.telemetry import ADMIT, RECALL, REQUEST, SUMMARIZE, USAGE
+from contextfold.telemetry import ADMIT, RECALL, REQUEST, SEARCH, SUMMARIZE, USAGE
 
 LADDER = ["strip_thinking", "summarize", "truncate_tool_results", "drop_oldest"]
 
@@ -270,6 +270,27 @@ async def test_an_admission_span_counts_clipped_results_and_repairs() -> None:
         for s in spans
     ]
     assert notes == [(0, 0), (0, 1), (0, 0), (1, 0)]
+
+
+async def test_a_search_span_says_how_much_was_asked_and_found_never_the_words() -> None:
+    with recording() as exporter:
+        context = ContextFold(max_tokens=3000)
+        for message in agent_run(30, result_chars=1500):
+            await context.add_message(message)
+        await context.get_messages_for_request()  # compacts: there is something to search
+        hits = await context.search("lookup results of topic three", limit=4)
+        with pytest.raises(ValueError):
+            await context.search("   ", limit=4)  # refused before a span is started
+        spans = named(exporter.get_finished_spans(), SEARCH)
+    assert hits
+    assert len(spans) == 1
+    assert attributes(spans[0]) == {
+        "contextfold.search.query_chars": len("lookup results of topic three"),
+        "contextfold.search.query_words": 5,
+        "contextfold.search.limit": 4,
+        "contextfold.search.hits": len(hits),
+    }
+    assert spans[0].status.status_code is not trace.StatusCode.ERROR
 
 
 @pytest.mark.slow

@@ -87,8 +87,8 @@ class ContextConfig:
     # mapping of figures; None: the table's entry for the model, where one is needed).
     cache_breakpoints: str = "off"
     prices: Any = None
-    # OpenTelemetry spans of every request, admission, summary, recall and usage reading:
-    # "auto" (when the opentelemetry package is installed) or "off".
+    # OpenTelemetry spans of every request, admission, summary, recall, search and usage
+    # reading: "auto" (when the opentelemetry package is installed) or "off".
     opentelemetry: str = "auto"
 
     def __post_init__(self) -> None:

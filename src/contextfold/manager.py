@@ -49,6 +49,7 @@ from .telemetry import (
     ADMIT,
     RECALL,
     REQUEST,
+    SEARCH,
     Telemetry,
     TracedSummarizer,
     output_tokens_of,
@@ -347,6 +348,20 @@ class ContextFold:
         snippet. Raises ValueError for an empty query, one of stopwords only, or a limit
         outside 1-50. Safe during a compaction pass, as `get_messages`."""
         query, limit = check_query(query, limit)
+        telemetry = self._telemetry
+        started = telemetry.start(SEARCH) if telemetry is not None else None
+        if telemetry is None or started is None:
+            return await self._searched(query, limit)
+
+        def before(span: Any) -> None:
+            telemetry.describe_search(span, query, limit)
+
+        def describe(span: Any, hits: list[SearchHit]) -> None:
+            span.set_attribute("contextfold.search.hits", len(hits))
+
+        return await telemetry.within(started, self._searched(query, limit), describe, before)
+
+    async def _searched(self, query: str, limit: int) -> list[SearchHit]:
         await self._readable()
         return await self._search.search(self._state, query, limit)
 

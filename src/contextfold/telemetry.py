@@ -6,6 +6,7 @@ One span per operation, a child of whatever span is current when the caller call
 - ``contextfold.admit``: one `add_message`;
 - ``contextfold.summarize``: one summarizer call, inside the request whose pass needed it;
 - ``contextfold.recall``: one `recall`;
+- ``contextfold.search``: one `search` (the query's length and words, never its text);
 - ``contextfold.usage``: one usage reading (`on_llm_response`), linked to the request span
   whose view that model call carried.
 
@@ -45,6 +46,7 @@ REQUEST = "contextfold.request"
 ADMIT = "contextfold.admit"
 SUMMARIZE = "contextfold.summarize"
 RECALL = "contextfold.recall"
+SEARCH = "contextfold.search"
 USAGE = "contextfold.usage"
 INSTRUMENTATION = "contextfold"
 
@@ -241,6 +243,18 @@ class Telemetry:
         if self._session_id is not None:
             span.set_attribute("gen_ai.conversation.id", self._session_id)
 
+    def describe_search(self, span: Any, query: str, limit: int) -> None:
+        # What was searched for may be private (a user's words): only its size is recorded.
+        span.set_attributes(
+            {
+                "contextfold.search.query_chars": len(query),
+                "contextfold.search.query_words": len(query.split()),
+                "contextfold.search.limit": limit,
+            }
+        )
+        if self._session_id is not None:
+            span.set_attribute("gen_ai.conversation.id", self._session_id)
+
     def usage(self, reading: UsageReading, output_tokens: int | None, ratio: float | None) -> None:
         """A usage reading: the provider's billed figures, as the GenAI convention names
         them, linked to the request span whose view that call carried."""
@@ -337,6 +351,7 @@ __all__ = [
     "ADMIT",
     "RECALL",
     "REQUEST",
+    "SEARCH",
     "SUMMARIZE",
     "USAGE",
     "Telemetry",
