@@ -14,6 +14,7 @@ from .compaction.sticky import StickyView
 from .conventions import SystemPromptFactory
 from .history import Appended, History
 from .meter import MeterStats, UsageReading
+from .recall import RecallError, parse_recall_id
 from .report import RequestReport
 
 
@@ -63,3 +64,25 @@ class ContextState:
         appended = self.history.append(admission)
         self.sticky.admitted(appended)
         return appended
+
+    def change_pin(self, recall_id: str, pinned: bool) -> bool:
+        """Pin (or unpin) the message ``recall_id`` names; True when that changed anything
+        (the compaction state then needs saving). `RecallError` for an id history does not
+        hold, or a message never sent (the view cannot carry it)."""
+        history = self.history
+        index = parse_recall_id(recall_id, len(history))
+        if history.entries[index].view is None:
+            raise RecallError(
+                f"{recall_id.strip()} is history only (never sent to the model), so the "
+                "view cannot carry it: there is nothing to pin",
+                "invalid_argument",
+            )
+        if (index in history.pins) == pinned:
+            return False
+        if pinned:
+            history.pins.add(index)
+        else:
+            history.pins.discard(index)
+            self.sticky.pins_seen = self.sticky.pins_seen - {index}
+        self.state_dirty = True  # saved with the compaction state
+        return True

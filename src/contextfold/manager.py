@@ -35,8 +35,8 @@ from .messages import Kind
 from .meter import MeterStats
 from .persistence import Persistence
 from .recall import DEFAULT_MAX_TOKENS as DEFAULT_RECALL_TOKENS
-from .recall import RecallError, parse_recall_id, recall_message
 from .recall import recall_id as _recall_id
+from .recall import recall_message
 from .repair import Repair
 from .report import RequestReport
 from .request import RequestParts, RequestPlanner
@@ -235,16 +235,8 @@ class ContextFold:
         self, telemetry: Telemetry, started: Any, serving: Awaitable[T], provider: Any
     ) -> T:
         """Serve a request inside a ``contextfold.request`` span (see `telemetry`)."""
-        state, stats = self._state, self.summary_stats
-        before = (stats.calls, stats.written, stats.reused)
-        removed = state.last_report.removed_total if state.last_report is not None else 0
-
-        def describe(span: Any, _view: Any) -> None:
-            done = (stats.calls - before[0], stats.written - before[1], stats.reused - before[2])
-            report = state.last_report
-            telemetry.describe_request(span, report, state.model, provider, done, removed)
-
-        return await telemetry.within(started, serving, describe)
+        counts = self.summary_stats.counts
+        return await telemetry.requesting(started, serving, self._state, counts, provider)
 
     async def get_messages_for_request_retaining(
         self,
@@ -325,16 +317,8 @@ class ContextFold:
         if telemetry is None or started is None:
             return await self._recall(recall_id, max_tokens, offset)
 
-        def before(span: Any) -> None:
-            telemetry.describe_recall(span, recall_id, offset)
-
-        def describe(span: Any, text: str) -> None:
-            span.set_attribute("contextfold.recall.chars", len(text))
-
-        text: str = await telemetry.within(
-            started, self._recall(recall_id, max_tokens, offset), describe, before
-        )
-        return text
+        run = self._recall(recall_id, max_tokens, offset)
+        return await telemetry.recalling(started, run, recall_id, offset)
 
     async def _recall(self, recall_id: str, max_tokens: int, offset: int) -> str:
         await self._readable()
@@ -353,13 +337,7 @@ class ContextFold:
         if telemetry is None or started is None:
             return await self._searched(query, limit)
 
-        def before(span: Any) -> None:
-            telemetry.describe_search(span, query, limit)
-
-        def describe(span: Any, hits: list[SearchHit]) -> None:
-            span.set_attribute("contextfold.search.hits", len(hits))
-
-        return await telemetry.within(started, self._searched(query, limit), describe, before)
+        return await telemetry.searching(started, self._searched(query, limit), query, limit)
 
     async def _searched(self, query: str, limit: int) -> list[SearchHit]:
         await self._readable()
@@ -392,24 +370,8 @@ class ContextFold:
         await self._readable()
         async with self._lock:
             await self._parts.loaded()
-            state = self._state
-            history = state.history
-            index = parse_recall_id(recall_id, len(history))
-            if history.entries[index].view is None:
-                raise RecallError(
-                    f"{recall_id.strip()} is history only (never sent to the model), so the "
-                    "view cannot carry it: there is nothing to pin",
-                    "invalid_argument",
-                )
-            if (index in history.pins) == pinned:
-                return
-            if pinned:
-                history.pins.add(index)
-            else:
-                history.pins.discard(index)
-                state.sticky.pins_seen = state.sticky.pins_seen - {index}
-            state.state_dirty = True  # saved with the compaction state
-            await self._parts.persisted()
+            if self._state.change_pin(recall_id, pinned):
+                await self._parts.persisted()
 
     async def _readable(self) -> None:
         """Load a durable session on first use. History changes only in synchronous steps

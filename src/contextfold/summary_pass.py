@@ -46,6 +46,10 @@ class SummaryStats:
     written: int = 0  # summary records written to the store
     failures: int = 0  # passes whose summary failed and fell through to the next rung
 
+    def counts(self) -> tuple[int, int, int]:
+        """(calls, written, reused): what a request's telemetry span reports the change of."""
+        return self.calls, self.written, self.reused
+
 
 def summary_folder(
     ladder: Sequence[Any], summarizer: Summarizer | None, store: SummaryStore | None

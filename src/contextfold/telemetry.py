@@ -31,7 +31,7 @@ import importlib.util
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from .costing import PricedRequest, billed_cost, request_cost
 from .meter import UsageReading
@@ -66,6 +66,15 @@ def telemetry_for(
     if mode == "off" or not opentelemetry_installed():
         return None
     return Telemetry(session_id=session_id, prices=prices)
+
+
+class RequestSource(Protocol):
+    """What a request span reads of the context: its last report and its model."""
+
+    @property
+    def last_report(self) -> RequestReport | None: ...
+    @property
+    def model(self) -> str | None: ...
 
 
 class Telemetry:
@@ -147,6 +156,53 @@ class Telemetry:
         self._safely(describe, span, result)
         self.finish(started)
         return result
+
+    async def recalling(
+        self, started: tuple[Any, Any], run: Awaitable[str], recall_id: str, offset: int
+    ) -> str:
+        """Await a recall inside its span: the id and offset asked, the characters read."""
+
+        def before(span: Any) -> None:
+            self.describe_recall(span, recall_id, offset)
+
+        def describe(span: Any, text: str) -> None:
+            span.set_attribute("contextfold.recall.chars", len(text))
+
+        return await self.within(started, run, describe, before)
+
+    async def searching(
+        self, started: tuple[Any, Any], run: Awaitable[list[T]], query: str, limit: int
+    ) -> list[T]:
+        """Await a search inside its span: the query's size and limit, the hits found."""
+
+        def before(span: Any) -> None:
+            self.describe_search(span, query, limit)
+
+        def describe(span: Any, hits: list[T]) -> None:
+            span.set_attribute("contextfold.search.hits", len(hits))
+
+        return await self.within(started, run, describe, before)
+
+    async def requesting(
+        self,
+        started: tuple[Any, Any],
+        run: Awaitable[T],
+        state: RequestSource,
+        summary_counts: Callable[[], tuple[int, int, int]],
+        provider: Any,
+    ) -> T:
+        """Serve a request inside a ``contextfold.request`` span: what its report says, and
+        the summaries (calls, written, reused) and removals this request made."""
+        before = summary_counts()
+        last = state.last_report
+        removed = last.removed_total if last is not None else 0
+
+        def describe(span: Any, _view: Any) -> None:
+            after = summary_counts()
+            done = (after[0] - before[0], after[1] - before[1], after[2] - before[2])
+            self.describe_request(span, state.last_report, state.model, provider, done, removed)
+
+        return await self.within(started, run, describe)
 
     def _safely(self, describe: Callable[..., None], *args: Any) -> None:
         try:
