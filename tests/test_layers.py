@@ -199,3 +199,11 @@ def test_the_checker_sees_every_kind_of_import(
     monkeypatch.setitem(MODULES, module, path)
     monkeypatch.setattr(Path, "read_text", lambda self, encoding=None: source)
     assert imports_of(module) == expected
+
+
+def test_the_manager_stays_wiring() -> None:
+    # ContextFold keeps the protocol methods and hands each job to a named part (admission,
+    # request planning, persistence, the usage feed, summaries, telemetry): logic that grows
+    # it belongs in the part's own module.
+    lines = (PACKAGE / "manager.py").read_text(encoding="utf-8").count("\n")
+    assert lines < 500, f"manager.py has {lines} lines; move the logic to the part it wires"
