@@ -13,8 +13,13 @@ Modes, in two phases (a process can set OpenTelemetry's global tracer provider o
    provider: nothing can record);
 2. with the SDK's tracer provider set: ``off`` again, ``auto`` under a caller's span that is
    not sampled (the caller's trace was dropped: nothing records), ``auto`` as a root span the
-   sampler drops (ALWAYS_OFF; the SDK decides per span), and ``auto`` recording every request
-   to an exporter that discards them (the price of tracing, for reference).
+   application's own sampler drops (asked per span, as any sampler whose answer may change),
+   and ``auto`` recording every request to an exporter that discards them (the price of
+   tracing, for reference);
+3. with the SDK's ``DEFAULT_OFF`` sampler (``ParentBased(ALWAYS_OFF)``) in its place:
+   ``off`` and ``auto`` as a root span (a decision that never changes: read once, the
+   sampler is not asked per request). The bench swaps the API's global provider for this
+   phase, which an application cannot do.
 
     uv run python bench/bench_otel.py
     uv run python bench/bench_otel.py --sizes 100 --rounds 30 --json bench/out/otel.json
@@ -121,6 +126,15 @@ def install_sdk() -> Callable[[bool], None]:
     return set_recording
 
 
+def install_default_off() -> None:
+    """The SDK's provider with ``DEFAULT_OFF`` in the global's place (a bench's swap)."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.sampling import DEFAULT_OFF
+
+    trace._TRACER_PROVIDER = TracerProvider(sampler=DEFAULT_OFF)
+
+
 def recording_scope(set_recording: Callable[[bool], None]) -> Callable[[], Any]:
     class Scope:
         def __enter__(self) -> None:
@@ -167,11 +181,19 @@ def main(argv: list[str] | None = None) -> int:
         second = [
             Mode("off (SDK set)", "off", nullcontext),
             Mode("auto, caller's trace not sampled", "auto", unsampled_parent),
-            Mode("auto, root span dropped by the sampler", "auto", nullcontext),
+            Mode("auto, root span dropped by the app's own sampler", "auto", nullcontext),
             Mode("auto, recording (for reference)", "auto", recording_scope(set_recording)),
         ]
         asyncio.run(run_phase(histories[size], second, args.rounds))
         rows.extend(rows_of(size, second))
+    install_default_off()
+    for size in sizes:
+        third = [
+            Mode("off (SDK, DEFAULT_OFF)", "off", nullcontext),
+            Mode("auto, root span dropped by DEFAULT_OFF", "auto", nullcontext),
+        ]
+        asyncio.run(run_phase(histories[size], third, args.rounds))
+        rows.extend(rows_of(size, third))
 
     print(
         f"steady request with OpenTelemetry: Python {sys.version.split()[0]}, median of "

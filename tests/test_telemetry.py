@@ -370,3 +370,86 @@ def test_a_provider_named_in_the_environment_is_found() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_which_samplers_drop_every_root_span() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.sampling import (
+        ALWAYS_OFF,
+        ALWAYS_ON,
+        DEFAULT_OFF,
+        ParentBased,
+        TraceIdRatioBased,
+    )
+
+    from contextfold.telemetry import drops_every_root
+
+    assert drops_every_root(TracerProvider(sampler=ALWAYS_OFF))
+    assert drops_every_root(TracerProvider(sampler=DEFAULT_OFF))
+    assert drops_every_root(TracerProvider(sampler=ParentBased(ALWAYS_OFF)))
+    # Samplers whose decision may differ from one span to the next are asked every time.
+    assert not drops_every_root(TracerProvider())  # ParentBased(ALWAYS_ON)
+    assert not drops_every_root(TracerProvider(sampler=ALWAYS_ON))
+    assert not drops_every_root(TracerProvider(sampler=TraceIdRatioBased(0.0)))
+    assert not drops_every_root(trace.NoOpTracerProvider())
+    assert not drops_every_root(object())
+
+
+@pytest.mark.slow
+def test_a_sampler_that_drops_every_root_is_not_asked_per_request() -> None:
+    # The SDK's ParentBased(ALWAYS_OFF): a request without a caller's span records nothing
+    # and never asks the sampler (its answer cannot change); under a caller's sampled span
+    # the requests are recorded as its children. A fresh process: a provider is set once.
+    script = textwrap.dedent(
+        """
+        import asyncio
+
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+            InMemorySpanExporter,
+        )
+        from opentelemetry.sdk.trace.sampling import Decision, ParentBased, StaticSampler
+
+        from contextfold import ContextFold
+
+        class CountingOff(StaticSampler):
+            calls = 0
+
+            def should_sample(self, *args, **kwargs):
+                CountingOff.calls += 1
+                return super().should_sample(*args, **kwargs)
+
+        async def main():
+            exporter = InMemorySpanExporter()
+            provider = TracerProvider(sampler=ParentBased(CountingOff(Decision.DROP)))
+            provider.add_span_processor(SimpleSpanProcessor(exporter))
+            trace.set_tracer_provider(provider)
+            context = ContextFold(max_tokens=4000)
+            for _ in range(3):
+                await context.add_message({"role": "user", "content": "hi"})
+                await context.get_messages_for_request()
+            assert exporter.get_finished_spans() == ()
+            assert CountingOff.calls == 0, CountingOff.calls
+            caller = trace.NonRecordingSpan(
+                trace.SpanContext(
+                    trace_id=5, span_id=6, is_remote=True,
+                    trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),
+                )
+            )
+            with trace.use_span(caller):
+                await context.get_messages_for_request()
+            spans = exporter.get_finished_spans()
+            assert [span.name for span in spans] == ["contextfold.request"], spans
+            assert spans[0].context.trace_id == 5
+
+        asyncio.run(main())
+        print("ok")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"

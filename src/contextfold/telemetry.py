@@ -68,6 +68,24 @@ def telemetry_for(
     return Telemetry(session_id=session_id, prices=prices)
 
 
+def drops_every_root(provider: Any) -> bool:
+    """Whether ``provider`` is the SDK's with a sampler that drops every root span: the SDK's
+    ``ALWAYS_OFF``, or ``ParentBased`` over it (``DEFAULT_OFF``, ``parentbased_always_off``).
+    Such a decision never changes, so it is read once per provider instead of asked of the
+    sampler per span (about 5 µs); any other sampler (a ratio, one of the application's own)
+    is asked every time."""
+    try:
+        from opentelemetry.sdk.trace.sampling import Decision, ParentBased, StaticSampler
+    except ImportError:  # the API without the SDK: its provider's spans never record
+        return False
+    sampler = getattr(provider, "sampler", None)
+    if isinstance(sampler, ParentBased):
+        sampler = getattr(sampler, "_root", None)  # what decides a span without a parent
+    return isinstance(sampler, StaticSampler) and getattr(sampler, "_decision", None) is (
+        Decision.DROP
+    )
+
+
 class RequestSource(Protocol):
     """What a request span reads of the context: its last report and its model."""
 
@@ -94,6 +112,7 @@ class Telemetry:
             trace.get_tracer_provider()
         self._provider: Any = None
         self._tracer: Any = None
+        self._roots_dropped = False  # the provider's sampler drops every root span
         self._session_id = session_id
         self._prices = prices
         self._previous: PricedRequest | None = None  # the last request, for its cache
@@ -114,12 +133,16 @@ class Telemetry:
             self._provider = provider
             live = not isinstance(provider, self._no_op)
             self._tracer = provider.get_tracer(INSTRUMENTATION) if live else None
+            self._roots_dropped = live and drops_every_root(provider)
         tracer = self._tracer
         if tracer is None:
             return None
         parent = self._trace.get_current_span().get_span_context()
-        if parent.is_valid and not parent.trace_flags.sampled:
-            return None  # the caller's trace is not sampled: neither is ours
+        if parent.is_valid:
+            if not parent.trace_flags.sampled:
+                return None  # the caller's trace is not sampled: neither is ours
+        elif self._roots_dropped:
+            return None  # a root span its sampler would drop: no need to ask it each time
         span = tracer.start_span(name, kind=self._trace.SpanKind.INTERNAL, links=links)
         if not span.is_recording():
             span.end()
