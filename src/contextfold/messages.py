@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import json.scanner
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any
@@ -709,6 +709,30 @@ def _result_id(value: Any, field: str, index: int | None) -> str:
             index,
         )
     return value
+
+
+def block_texts(
+    blocks: list[Any], call_text: Callable[[Mapping[str, Any]], str] | None = None
+) -> list[str]:
+    """The texts of a content list, in order: text blocks, and a tool_result block's content
+    (its string, or its own blocks' texts); with ``call_text``, what it makes of each
+    tool_use (or tool_call) block too. Other blocks (images, thinking) carry none."""
+    parts: list[str] = []
+    for block in blocks:
+        if not isinstance(block, Mapping):
+            continue
+        kind = block.get("type")
+        if kind == "text" and isinstance(block.get("text"), str):
+            parts.append(block["text"])
+        elif kind == "tool_result":
+            inner = block.get("content")
+            if isinstance(inner, str):
+                parts.append(inner)
+            elif isinstance(inner, list):
+                parts.extend(block_texts(inner, call_text))
+        elif call_text is not None and kind in ("tool_use", "tool_call"):
+            parts.append(call_text(block))
+    return parts
 
 
 def text_length(message: Mapping[str, Any]) -> int:

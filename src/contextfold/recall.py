@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .history import History
+from .messages import block_texts
 from .tokens import TokenCounter
 
 ID_PREFIX = "r"
@@ -95,7 +96,7 @@ def message_text(message: Mapping[str, Any]) -> str:
     if not message.get("tool_calls") and not _has_call_blocks(content):
         if isinstance(content, str):
             return content
-        parts = _block_texts(content) if isinstance(content, list) else []
+        parts = block_texts(content) if isinstance(content, list) else []
         if parts:
             return "\n".join(parts)
     rest = {k: message[k] for k in ("content", "tool_calls") if message.get(k) not in (None, "")}
@@ -178,20 +179,3 @@ def recall_text(
     keep = max(low, 1)  # always progress, even when one character counts as much as the room
     end = offset + keep
     return rest[:keep] + CUT_MARKER.format(end=end, total=total, rid=rid)
-
-
-def _block_texts(blocks: list[Any]) -> list[str]:
-    parts: list[str] = []
-    for block in blocks:
-        if not isinstance(block, Mapping):
-            continue
-        kind = block.get("type")
-        if kind == "text" and isinstance(block.get("text"), str):
-            parts.append(block["text"])
-        elif kind == "tool_result":
-            inner = block.get("content")
-            if isinstance(inner, str):
-                parts.append(inner)
-            elif isinstance(inner, list):
-                parts.extend(_block_texts(inner))
-    return parts

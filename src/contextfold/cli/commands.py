@@ -9,7 +9,7 @@ import logging
 import re
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from itertools import compress
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,7 @@ from contextfold.cli.errors import (
 )
 from contextfold.cli.files import check_output_option, display_path
 from contextfold.cli.inspector_page import demo_run, replay_run, write_inspector_page
-from contextfold.cli.output import fail, stdout_guarded
+from contextfold.cli.output import fail, progress_bar, stdout_guarded
 from contextfold.cli.readers import read_conversation
 from contextfold.cli.replay import ReplayError, ReplayResult, _row_columns, replay_messages
 from contextfold.cli.report import (
@@ -370,24 +370,11 @@ def _folder_safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "conversation"
 
 
-@contextmanager
-def _replay_progress(total: int, *, quiet: bool) -> Iterator[Callable[[int], None] | None]:
+def _replay_progress(
+    total: int, *, quiet: bool
+) -> AbstractContextManager[Callable[[int], None] | None]:
     """A progress bar over admitted messages for a long replay, on a terminal only."""
-    console = Console(stderr=True)
-    if quiet or total < PROGRESS_MIN_MESSAGES or not console.is_terminal:
-        yield None
-        return
-    bar = Progress(
-        TextColumn("replaying"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("messages"),
-        console=console,
-        transient=True,
-    )
-    task = bar.add_task("replay", total=total)
-    with bar:
-        yield lambda admitted: bar.update(task, completed=admitted)
+    return progress_bar(total, "messages", shown=not quiet and total >= PROGRESS_MIN_MESSAGES)
 
 
 def _replay_config(args: argparse.Namespace) -> tuple[ContextConfig, dict[str, Any]]:

@@ -15,13 +15,12 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from contextfold.cli.config import load_config_file
 from contextfold.cli.errors import EXIT_OK, InputError
 from contextfold.cli.files import check_output_option, display_path
-from contextfold.cli.output import fail
+from contextfold.cli.output import fail, progress_bar
 from contextfold.cli.readers import read_conversation
 from contextfold.cli.report import output_folder, write_json
 from contextfold.errors import ConfigError
@@ -236,18 +235,5 @@ def _context_logs_muted() -> Iterator[None]:
 
 @contextmanager
 def _progress(total: int, *, quiet: bool) -> Iterator[Callable[[int, int], None] | None]:
-    console = Console(stderr=True)
-    if quiet or not console.is_terminal:
-        yield None
-        return
-    bar = Progress(
-        TextColumn("replaying"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("runs"),
-        console=console,
-        transient=True,
-    )
-    task = bar.add_task("eval", total=total)
-    with bar:
-        yield lambda done, _total: bar.update(task, completed=done)
+    with progress_bar(total, "runs", shown=not quiet) as on_done:
+        yield None if on_done is None else lambda done, _total: on_done(done)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from contextfold.cli.errors import EXIT_BAD_INPUT, OutputError
 
-__all__ = ["fail", "stdout_guarded", "write_stdout"]
+__all__ = ["fail", "progress_bar", "stdout_guarded", "write_stdout"]
 
 # An error line longer than this is cut: a message quoting a huge value must stay one line.
 MAX_ERROR_CHARS = 1_000
@@ -59,3 +59,28 @@ def _discard_stdout() -> None:
             os.close(null)
     except (OSError, ValueError):  # no real descriptor behind stdout (a test's capture)
         pass
+
+
+@contextmanager
+def progress_bar(total: int, unit: str, *, shown: bool) -> Iterator[Callable[[int], None] | None]:
+    """A transient "replaying" bar over ``total`` ``unit`` on stderr, when ``shown`` and
+    stderr is a terminal; it yields the function to tell it how many are done (None when no
+    bar is drawn). rich is imported here: ``contextfold sessions`` runs without it."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    console = Console(stderr=True)
+    if not shown or not console.is_terminal:
+        yield None
+        return
+    bar = Progress(
+        TextColumn("replaying"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn(unit),
+        console=console,
+        transient=True,
+    )
+    task = bar.add_task(unit, total=total)
+    with bar:
+        yield lambda done: bar.update(task, completed=done)

@@ -17,7 +17,7 @@ from enum import IntEnum
 from typing import Any
 
 from ..conventions import is_hook_injection, is_human_prompt
-from ..messages import well_formed_text
+from ..messages import block_texts, well_formed_text
 
 SNIPPET_CHARS = 240
 QUERY_CHARS = 4_000  # of a query, what a search and a snippet read
@@ -276,7 +276,7 @@ def searchable_text(message: Mapping[str, Any]) -> str:
     if isinstance(content, str):
         parts.append(content)
     elif isinstance(content, list):
-        _block_texts(content, parts)
+        parts.extend(block_texts(content, _call_block_text))
     for call in message.get("tool_calls") or ():
         if isinstance(call, Mapping):
             function = call.get("function")
@@ -287,23 +287,8 @@ def searchable_text(message: Mapping[str, Any]) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def _block_texts(blocks: list[Any], parts: list[str]) -> None:
-    for block in blocks:
-        if not isinstance(block, Mapping):
-            continue
-        kind = block.get("type")
-        if kind == "text" and isinstance(block.get("text"), str):
-            parts.append(block["text"])
-        elif kind == "tool_result":
-            inner = block.get("content")
-            if isinstance(inner, str):
-                parts.append(inner)
-            elif isinstance(inner, list):
-                _block_texts(inner, parts)
-        elif kind in ("tool_use", "tool_call"):
-            parts.append(
-                f"{block.get('name')} {_as_text(block.get('input', block.get('arguments')))}"
-            )
+def _call_block_text(block: Mapping[str, Any]) -> str:
+    return f"{block.get('name')} {_as_text(block.get('input', block.get('arguments')))}"
 
 
 def _as_text(value: Any) -> str:
