@@ -305,14 +305,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("contextfold: interrupted", file=sys.stderr)
         return 130
-
-
-__all__ = [
-    "DEMO_WINDOW_FOR_DEFAULT_RESULTS",
-    "EXIT_BAD_INPUT",
-    "EXIT_DOES_NOT_FIT",
-    "EXIT_OK",
-    "MIN_DEMO_WINDOW",
-    "build_parser",
-    "main",
-]

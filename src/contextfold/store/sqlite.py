@@ -57,7 +57,13 @@ from contextfold.store.base import (
     wrap_document,
 )
 from contextfold.store.search_rows import Indexer
-from contextfold.store.sqlite_open import APPLICATION_ID, Opened, check_path, open_file
+from contextfold.store.sqlite_open import (
+    APPLICATION_ID,
+    Opened,
+    check_path,
+    open_file,
+    transaction,
+)
 from contextfold.store.sqlite_search import (
     forget_session,
     index_message,
@@ -158,21 +164,6 @@ class SqliteStore:
             )
         return StoreError(f"the SQLite store {self.path} failed: {text}")
 
-    @staticmethod
-    def _transaction(
-        connection: sqlite3.Connection, body: Callable[[sqlite3.Connection], _T]
-    ) -> _T:
-        # BEGIN IMMEDIATE takes the write lock now, so the seq we check cannot move before
-        # our insert: the check and the write are one atomic step across processes.
-        connection.execute("BEGIN IMMEDIATE")
-        try:
-            result = body(connection)
-        except BaseException:
-            connection.execute("ROLLBACK")
-            raise
-        connection.execute("COMMIT")
-        return result
-
     def _connect(self) -> sqlite3.Connection:
         # Two processes opening a new file at once: switching it to WAL and creating the
         # schema take locks SQLite reports as busy at once, without its busy handler. Retry
@@ -238,7 +229,7 @@ class SqliteStore:
             index_message(connection, self._indexer, session_id, message_json)
             return expected_seq + 1
 
-        return await self._run(lambda connection: self._transaction(connection, write))
+        return await self._run(lambda connection: transaction(connection, write))
 
     async def append_many(self, session_id: str, expected_seq: int, messages: Sequence[Row]) -> int:
         check_session_id(session_id)
@@ -269,7 +260,7 @@ class SqliteStore:
             index_session(connection, self._indexer, session_id, [row[0] for row in checked])
             return last
 
-        return await self._run(lambda connection: self._transaction(connection, write))
+        return await self._run(lambda connection: transaction(connection, write))
 
     async def save_state(
         self,
@@ -318,7 +309,7 @@ class SqliteStore:
                 (session_id, seq, wrap_document(body, digest)),
             )
 
-        await self._run(lambda connection: self._transaction(connection, write))
+        await self._run(lambda connection: transaction(connection, write))
 
     async def save_calibration(self, session_id: str, calibration: Mapping[str, Any]) -> None:
         await self._save_document(session_id, "calibration", calibration)
@@ -338,7 +329,7 @@ class SqliteStore:
                 (session_id, kind, body),
             )
 
-        await self._run(lambda connection: self._transaction(connection, write))
+        await self._run(lambda connection: transaction(connection, write))
 
     async def list_sessions(self) -> list[SessionInfo]:
         def read(connection: sqlite3.Connection) -> list[SessionInfo]:
@@ -363,7 +354,7 @@ class SqliteStore:
             forget_session(connection, session_id)
             return deleted > 0
 
-        return await self._run(lambda connection: self._transaction(connection, write))
+        return await self._run(lambda connection: transaction(connection, write))
 
     # -- search (contextfold.store.base.SearchableStore) -----------------------------------
 
@@ -414,7 +405,7 @@ class SqliteStore:
             ).fetchone()
             return record if row[0] == text else read_record(row[0], record.covered_hash)
 
-        return await self._run(lambda connection: self._transaction(connection, write))
+        return await self._run(lambda connection: transaction(connection, write))
 
     async def records(self, session_id: str | None = None) -> list[SummaryRecord]:
         def read(connection: sqlite3.Connection) -> list[SummaryRecord]:

@@ -46,7 +46,7 @@ from contextfold.store.schema import (
 )
 from contextfold.store.sqlite_search import backfill
 
-__all__ = ["APPLICATION_ID", "Opened", "check_path", "open_file"]
+__all__ = ["APPLICATION_ID", "Opened", "check_path", "open_file", "transaction"]
 
 # Written into the file header (PRAGMA application_id) so a contextfold store is recognisable
 # and another application's SQLite file is refused instead of written into: b"cfld".
@@ -264,7 +264,7 @@ def _writable(path: Path, busy_timeout: float, explain: Explain) -> sqlite3.Conn
         connection.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
         # Ownership is checked again inside the write transaction, before its first write:
         # the file may have been made by another process since it was examined.
-        _transaction(connection, lambda c: _settle(c, path))
+        transaction(connection, lambda c: _settle(c, path))
         # WAL only now: switching rewrites the header, and a file must be ours first.
         mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if mode != "wal":
@@ -286,7 +286,10 @@ def _read_through_mmap(connection: sqlite3.Connection) -> None:
     connection.execute(f"PRAGMA mmap_size = {_MMAP_BYTES}")
 
 
-def _transaction(connection: sqlite3.Connection, body: Callable[[sqlite3.Connection], _T]) -> _T:
+def transaction(connection: sqlite3.Connection, body: Callable[[sqlite3.Connection], _T]) -> _T:
+    """``body(connection)`` in one write transaction, rolled back if it raises. BEGIN
+    IMMEDIATE takes the write lock at once, so what the body reads (a session's seq) cannot
+    move before it writes: the check and the write are one atomic step across processes."""
     connection.execute("BEGIN IMMEDIATE")
     try:
         result = body(connection)
@@ -408,7 +411,7 @@ def _migrated_copy(source: sqlite3.Connection, path: Path, tables: set[str], rea
         try:
             source.backup(copy)
             source.close()
-            _transaction(copy, lambda c: _migrate(c, tables, str(path)))
+            transaction(copy, lambda c: _migrate(c, tables, str(path)))
             copy.execute("PRAGMA query_only = ON")
         except BaseException:
             copy.close()
