@@ -25,6 +25,8 @@ LAYERS: dict[str, int] = {
     "meter": 1,
     "views": 1,
     "context_lock": 1,
+    "readable": 1,
+    "identifiers": 1,
     "messages": 2,
     "common_shapes": 2,
     "admission": 3,

@@ -55,13 +55,17 @@ class ClearToolResults:
         results = [i for i in work.kept_entries() if entries[i].info.kind is Kind.TOOL_RESULT]
         if self.keep_last:
             results = results[: -self.keep_last]
+        if work.uses is not None:
+            # The results the conversation drew from least recently go first.
+            uses = work.uses
+            results.sort(key=lambda i: (uses.last_use(i), i))
         # Plan first, then clear: `clear_at_least` judges the whole pass, not each message.
         planned: list[tuple[int, dict, int]] = []
         freed = 0
         for index in results:
             if work.raw_total - freed <= target_raw:
                 break
-            if work.protection.entry_reason(index):
+            if work.protection.entry_reason(index) or not work.may_shorten(index):
                 continue
             if self.exempt_tools and result_tool_names(history, index) & self.exempt_tools:
                 continue
