@@ -129,7 +129,7 @@ def test_the_default_ladder_is_todays() -> None:
         "strip_thinking",
         "truncate_tool_results",
         "truncate_long_text",
-        "drop_oldest",
+        "drop_least_used",
     ]
 
 
@@ -185,6 +185,7 @@ def test_every_rung_is_registered_by_its_name() -> None:
         "clear_tool_results",
         "summarize",
         "drop_oldest",
+        "drop_least_used",
     }
     for name, cls in RUNGS.items():
         assert cls().name == name
@@ -566,10 +567,12 @@ def test_the_notice_names_the_ids_of_removed_messages() -> None:
     notice = outcome.notice["content"]
     removed = sorted(i for u in outcome.state.removed_units for i in history.units[u].entries)
     assert removed, "the pass must remove something"
-    # Each removed call group is one line naming its id range: assistant + result.
+    # Each removed call group is one line naming its ids, each on its own (a range would
+    # not say which message to recall): assistant, result.
     for unit in sorted(outcome.state.removed_units):
         entries = history.units[unit].entries
-        assert f"- r{entries[0]}-r{entries[-1]}: assistant called lookup(" in notice
+        ids = ",".join(f"r{i}" for i in entries)
+        assert f"- {ids}: assistant called lookup(" in notice
 
 
 def test_an_elided_digest_still_names_the_ids_it_leaves_out() -> None:
@@ -588,7 +591,7 @@ def test_an_elided_digest_still_names_the_ids_it_leaves_out() -> None:
     notice = outcome.notice["content"]
     elision = re.search(r"- \.\.\. (\d+) more item\(s\) \(r(\d+)-r(\d+)\) \.\.\.", notice)
     assert elision, notice
-    shown = {int(n) for n in re.findall(r"^- r(\d+)-r\d+:", notice, flags=re.M)}
+    shown = {int(n) for n in re.findall(r"^- r(\d+),r\d+:", notice, flags=re.M)}
     low, high = int(elision.group(2)), int(elision.group(3))
     assert shown and all(n < low or n > high for n in shown)
 
@@ -599,7 +602,7 @@ def test_an_elided_digest_still_names_the_ids_it_leaves_out() -> None:
 async def test_a_configured_ladder_shapes_the_view_a_request_gets() -> None:
     context = ContextFold(
         token_counter="heuristic",
-        max_tokens=9_000,
+        max_tokens=10_000,
         protected_tool_results=2,
         strategies=[
             {"name": "truncate_tool_results", "shape": "head_tail", "exempt_tools": ["load_skill"]},
@@ -614,7 +617,7 @@ async def test_a_configured_ladder_shapes_the_view_a_request_gets() -> None:
     view = await context.get_messages_for_request()
     assert_pairing(view)
     report = context.last_report
-    assert report.compacted and report.tokens_after <= 9_000
+    assert report.compacted and report.tokens_after <= 10_000
     # Truncation alone could not reach the target: clearing went on, oldest first, through
     # results truncation had already shortened; nothing was removed.
     assert report.applied == ["truncate_tool_results", "clear_tool_results"]

@@ -80,8 +80,7 @@ class ContextConfig:
     # (never more than a fifth of the budget).
     ledger_share: float = DEFAULT_LEDGER_SHARE
     ledger_min_tokens: int = DEFAULT_LEDGER_MIN_TOKENS
-    # A pass compacts the turns before the current human prompt first; the current task's
-    # messages are then removed whole rather than shortened (see compaction.planner).
+    # A pass compacts the turns before the current human prompt first (compaction.planner).
     compact_older_tasks_first: bool = True
     # Token counting and the real-usage meter.
     token_meter: str = "estimate"
@@ -103,7 +102,7 @@ class ContextConfig:
             raise ConfigError(
                 f"target_usage={self.target_usage} is above compact_threshold="
                 f"{self.compact_threshold}: compaction would stop above the level that triggers "
-                "it. Set target_usage below compact_threshold (defaults 0.50 and 0.92), or leave "
+                "it. Set target_usage below compact_threshold (defaults 0.60 and 0.92), or leave "
                 "target_usage out and it follows the threshold."
             )
         _check_fraction("protected_recent", self.protected_recent, allow_zero=True)
@@ -197,7 +196,7 @@ class ContextConfig:
             if target != DEFAULT_TARGET_USAGE:
                 logger.info(
                     "context-fold: compact_threshold=%s without target_usage: target_usage "
-                    "follows it to %s (the defaults' proportion, 0.50/0.92); set target_usage "
+                    "follows it to %s (the defaults' proportion, 0.60/0.92); set target_usage "
                     "to choose another",
                     threshold,
                     target,
@@ -262,9 +261,9 @@ class ContextConfig:
 
 
 def default_target_usage(compact_threshold: Any) -> Any:
-    """The target a config gets when it names none: 0.50, or less under a lower threshold.
+    """The target a config gets when it names none: 0.60, or less under a lower threshold.
 
-    ``min(0.50, compact_threshold * 0.50 / 0.92)``, rounded to 4 places: the defaults'
+    ``min(0.60, compact_threshold * 0.60 / 0.92)``, rounded to 4 places: the defaults'
     proportion between target and trigger is kept, so lowering only the threshold never
     leaves a target above it (a refused config) or so close under it that every pass ends
     a step from the next trigger. A threshold that is not a number is returned as the

@@ -154,7 +154,8 @@ class ValueIndex:
         if entry.view is None:
             rows: tuple[tuple[str, ...], ...] = ()
         else:
-            rows = tuple(held_values(entry.message))
+            # What the view sends (lone surrogates made well formed), as the model reads it.
+            rows = tuple(held_values(entry.view))
         self._read[index] = _Read(self._task, rows)
         if not rows:
             return
@@ -361,6 +362,8 @@ class Ledger:
     # Values the view's summary carries (in its text or appended to it by the check):
     # checked again at every fold, so a later summary that drops one gets it back.
     carried: tuple[LedgerEntry, ...] = ()
+    # Messages a page names by id alone (their values did not all fit): recall returns them.
+    named: frozenset[int] = frozenset()
     listed: frozenset[str] = field(default=frozenset(), compare=False)
 
     def __post_init__(self) -> None:
@@ -372,6 +375,11 @@ class Ledger:
     def cost(self) -> int:
         return sum(self.costs)
 
+    @property
+    def sources(self) -> frozenset[int]:
+        """Every message a page names on its own: a line of its values, or by id alone."""
+        return self.named | {e.source for e in self.entries}
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "pages": list(self.pages),
@@ -380,6 +388,7 @@ class Ledger:
             "pool": [e.to_list() for e in self.pool],
             "unlisted": self.unlisted,
             "carried": [e.to_list() for e in self.carried],
+            "named": sorted(self.named),
         }
 
     @classmethod
@@ -395,6 +404,7 @@ class Ledger:
             pool=tuple(LedgerEntry.from_list(e) for e in document.get("pool", ())),
             unlisted=int(document.get("unlisted", 0)),
             carried=tuple(LedgerEntry.from_list(e) for e in document.get("carried", ())),
+            named=frozenset(int(i) for i in document.get("named", ())),
         )
 
 
@@ -419,8 +429,8 @@ def taken_values(
     listed: frozenset[str],
 ) -> list[LedgerEntry]:
     """The values of the messages ``taken`` out of the view that the view no longer shows
-    and the ledger does not list, ranked best first (each value once, from the newest
-    message where it ranks best, the newest of those; at most `PER_MESSAGE` of one message,
+    and the ledger does not list, ranked best first (each value once, after the newest
+    message holding it, ranked where it ranks best; at most `PER_MESSAGE` of one message,
     its best)."""
     found: dict[str, LedgerEntry] = {}
     entries = history.entries
@@ -436,8 +446,8 @@ def taken_values(
         for value, score in scored:
             known = found.get(value)
             if known is not None:
-                if score > known.score:  # ranks better where it was found before
-                    found[value] = LedgerEntry(value, source, task, score)
+                if score > known.score:  # ranks better in an older message: kept at the newest
+                    found[value] = LedgerEntry(value, known.source, known.task, score)
                 continue
             if value in listed or in_view(value):
                 continue
@@ -531,6 +541,7 @@ def check_summary(
         pool,
         ledger.unlisted + len(overflow),
         carried=(*carried, *appended),
+        named=ledger.named,
     )
     return SummaryCheck(appendix, checked, len(appended), len(overflow))
 
@@ -559,9 +570,14 @@ def extend(
         return ledger if unlisted == ledger.unlisted else _with(ledger, pool, unlisted)
     room = min(plan.capacity - ledger.cost, plan.allowance)
     if room >= MIN_PAGE_TOKENS:
-        page = _fitted_page(history, pool, room, not ledger.pages, plan.role, counter)
-        if page is not None:
-            message, cost, chosen = page
+        page = _fitted_page(
+            history, pool, room, not ledger.pages, plan.role, counter, ledger.sources
+        )
+        page_sources = ledger.sources | (page[3] if page else frozenset())
+        if page is not None and (
+            {e.source for e in page[2]} | page_sources >= {e.source for e in pool}
+        ):
+            message, cost, chosen, named = page
             taken = {e.value for e in chosen}
             rest = tuple(e for e in pool if e.value not in taken)
             return Ledger(
@@ -571,11 +587,14 @@ def extend(
                 pool=rest,
                 unlisted=unlisted - len(chosen),
                 carried=ledger.carried,
+                named=ledger.named | named,
             )
     worst = min((e.score for e in ledger.entries), default=None)
-    if worst is None or pool[0].score <= worst:
+    silent = not {e.source for e in pool} <= ledger.sources
+    if not silent and (worst is None or pool[0].score <= worst):
         return _with(ledger, pool, unlisted)
-    # The room is taken by values ranked below new ones: pack the best of both into one page.
+    # The room is taken by values ranked below new ones, or a message taken out would go
+    # unnamed (nothing may be lost silently): pack the best of both into one page.
     budget = min(int(plan.capacity * REPACK_FILL), ledger.cost + plan.allowance)
     return repacked(ledger, history, pool, budget, plan.role, counter, unlisted)
 
@@ -593,10 +612,10 @@ def repacked(
     (an empty ledger when nothing fits); the rest go back to the pool."""
     everything = ranked({e.value: e for e in (*pool, *ledger.entries)}.values())
     total = (ledger.unlisted if unlisted is None else unlisted) + len(ledger.entries)
-    page = _fitted_page(history, everything, budget, True, role, counter)
+    page = _fitted_page(history, everything, budget, True, role, counter, frozenset())
     if page is None:
         return Ledger(pool=tuple(everything[:POOL_SIZE]), unlisted=total, carried=ledger.carried)
-    message, cost, chosen = page
+    message, cost, chosen, named = page
     taken = {e.value for e in chosen}
     rest = tuple(e for e in everything if e.value not in taken)[:POOL_SIZE]
     return Ledger(
@@ -606,6 +625,7 @@ def repacked(
         pool=rest,
         unlisted=total - len(chosen),
         carried=ledger.carried,
+        named=named,
     )
 
 
@@ -620,7 +640,14 @@ def shrunk(
 
 def _with(ledger: Ledger, pool: tuple[LedgerEntry, ...], unlisted: int) -> Ledger:
     return Ledger(
-        ledger.pages, ledger.costs, ledger.entries, pool, unlisted, ledger.carried, ledger.listed
+        ledger.pages,
+        ledger.costs,
+        ledger.entries,
+        pool,
+        unlisted,
+        ledger.carried,
+        ledger.named,
+        ledger.listed,
     )
 
 
@@ -648,55 +675,84 @@ def _fitted_page(
     first: bool,
     role: str,
     counter: TokenCounter,
-) -> tuple[dict[str, Any], int, list[LedgerEntry]] | None:
-    """The page of the best ``candidates`` whose real count fits ``room`` tokens, and the
-    entries it lists: chosen by an estimate of their characters, then cut by a quarter
-    until the counter agrees."""
-    chosen, named = _chosen(history, candidates, room, first)
+    already: frozenset[int],
+) -> tuple[dict[str, Any], int, list[LedgerEntry], frozenset[int]] | None:
+    """The page of the best ``candidates`` whose real count fits ``room`` tokens, the
+    entries it lists and the messages it names by id alone: chosen by an estimate of their
+    characters, then cut by a quarter until the counter agrees."""
+    chosen, named = _chosen(history, candidates, room, first, already)
     while chosen or named:
         message = render_page(history, chosen, first, role, named)
         cost = counter.count_message(message)
         if cost <= room:
-            return message, cost, chosen
-        chosen = chosen[: len(chosen) * 3 // 4]
-        named = named[: len(named) * 3 // 4]
+            return message, cost, chosen, frozenset(source for source, _task in named)
+        # Values leave first, their messages then named by id alone; ids last.
+        if chosen:
+            cut = chosen[len(chosen) * 3 // 4 :]
+            chosen = chosen[: len(chosen) * 3 // 4]
+            kept = {e.source for e in chosen} | {source for source, _task in named}
+            for entry in cut:
+                if entry.source not in kept and entry.source not in already:
+                    named.append((entry.source, entry.task))
+                    kept.add(entry.source)
+        else:
+            named = named[: len(named) * 3 // 4]
     return None
 
 
 def _chosen(
-    history: History, candidates: Sequence[LedgerEntry], room: int, first: bool
+    history: History,
+    candidates: Sequence[LedgerEntry],
+    room: int,
+    first: bool,
+    already: frozenset[int],
 ) -> tuple[list[LedgerEntry], list[tuple[int, int | None]]]:
-    """The best candidates whose rendered lines fit ``room`` tokens by estimate, and, for
-    those that do not fit, the messages named by id alone (any value of a message is
-    recalled with it): the values first, best first; ids only as their room allows."""
+    """The best candidates whose rendered lines fit ``room`` tokens by estimate, and the
+    messages named by id alone whose values do not all fit (recall returns a message
+    whole). Naming every message taken out comes first (nothing is lost silently): room is
+    kept for the ids of the messages no line names yet; the values fill the rest, best
+    first."""
     budget = room * CHARS_PER_TOKEN - len(_head(first)) - len(LEDGER_OPEN) - len(LEDGER_CLOSE) - 8
     task_lines: dict[int | None, int] = {}
+
+    def task_cost(task: int | None) -> int:
+        line = task_lines.get(task)
+        if line is None:
+            line = task_lines[task] = len(_task_line(history, task)) + 1
+        return line
+
+    name_cost: dict[int, int] = {}
+    for entry in candidates:
+        if entry.source not in already and entry.source not in name_cost:
+            name_cost[entry.source] = len(recall_id(entry.source)) + 2
+    reserve = sum(name_cost.values())
     tasks: set[int | None] = set()
     sources: set[int] = set()
-    named_tasks: set[int | None] = set()
     chosen: list[LedgerEntry] = []
-    named: list[tuple[int, int | None]] = []
     for entry in candidates:
         if entry.score < MIN_SCORE:
-            break  # ranked: look-alikes nothing points to are not worth a line
-        task_cost = 0
+            break  # ranked: a look-alike nothing points to is not worth a line (named below)
+        cost = len(entry.value) + len(SEPARATOR)
         if entry.task not in tasks:
-            line = task_lines.get(entry.task)
-            if line is None:
-                line = task_lines[entry.task] = len(_task_line(history, entry.task)) + 1
-            task_cost = line
-        cost = len(entry.value) + len(SEPARATOR) + task_cost
+            cost += task_cost(entry.task)
+        own = 0
         if entry.source not in sources:
             cost += len(recall_id(entry.source)) + 4
-        if cost <= budget:
+            own = name_cost.get(entry.source, 0)
+        if cost <= budget - (reserve - own):
             budget -= cost
+            reserve -= own
             chosen.append(entry)
             sources.add(entry.source)
             tasks.add(entry.task)
+    named: list[tuple[int, int | None]] = []
+    named_tasks: set[int | None] = set()
+    for entry in candidates:
+        if entry.source in sources or entry.source in already:
             continue
-        if entry.source in sources:
-            continue
-        cost = len(recall_id(entry.source)) + 2 + task_cost
+        cost = name_cost[entry.source]
+        if entry.task not in tasks:
+            cost += task_cost(entry.task)
         if entry.task not in named_tasks:
             cost += len(MORE_LINE)
         if cost <= budget:

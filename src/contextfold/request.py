@@ -53,6 +53,7 @@ NOTICE_MAX_SHARE = 0.10
 # the messages holding them) and the notice's digest of removed turns says much the same:
 # the notice takes at most this share, so the two together stay a modest part of a window.
 NOTICE_MAX_SHARE_WITH_LEDGER = 0.04
+NOTICE_MIN_TOKENS_WITH_LEDGER = 200
 # The ledger's floor (``ledger_min_tokens``) takes at most this share of a budget.
 LEDGER_FLOOR_MAX_SHARE = 0.20
 
@@ -105,8 +106,12 @@ class RequestPlanner:
         cfg = self.config
         if not cfg.compaction_notice_enabled:
             return 0
-        share = NOTICE_MAX_SHARE_WITH_LEDGER if cfg.ledger_share > 0 else NOTICE_MAX_SHARE
-        return min(cfg.compaction_notice_token_reserve, math.floor(budget * share))
+        reserve = min(cfg.compaction_notice_token_reserve, math.floor(budget * NOTICE_MAX_SHARE))
+        if cfg.ledger_share > 0:
+            # Still room for the header and a few lines of digest in a small window.
+            share = math.floor(budget * NOTICE_MAX_SHARE_WITH_LEDGER)
+            reserve = min(reserve, max(share, NOTICE_MIN_TOKENS_WITH_LEDGER))
+        return reserve
 
     def ledger_room(self, budget: int) -> int:
         """Tokens the identifier ledger may take: ``ledger_share`` of the budget, and at

@@ -65,7 +65,7 @@ class ClearToolResults:
         for index in results:
             if work.raw_total - freed <= target_raw:
                 break
-            if work.protection.entry_reason(index) or not work.may_shorten(index):
+            if work.protection.entry_reason(index):
                 continue
             if self.exempt_tools and result_tool_names(history, index) & self.exempt_tools:
                 continue

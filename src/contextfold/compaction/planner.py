@@ -176,16 +176,16 @@ def run_pass(
     level = 0
     current_task = history.last_human
     if settings.older_tasks_first and current_task is not None:
-        # The older tasks (everything before the current human prompt) are compacted
-        # first, the whole ladder; then the whole view, where the current task's messages
-        # stay whole or leave whole (a result cut to its head loses what the next steps
-        # of the task need; a removed one comes back by its recall id).
+        # What costs the model nothing (earlier turns' thinking, level 0) goes first, from
+        # the whole view; then the older tasks (everything before the current human
+        # prompt) are compacted with the whole ladder, before anything of the current task
+        # is shortened or removed; then the whole view.
+        lossless = [rung for rung in ladder if getattr(rung, "level", 1) == 0]
+        level = _run_ladder(work, lossless, target_raw, limit_raw, protect)
         work.scope_end = current_task
-        level = _run_ladder(work, ladder, target_raw, limit_raw, protect)
+        level = max(level, _run_ladder(work, ladder, target_raw, limit_raw, protect))
         work.scope_end = None
-        work.whole_from = current_task
     level = max(level, _run_ladder(work, ladder, target_raw, limit_raw, protect))
-    work.whole_from = None  # past the target, toward the budget: anything may be shortened
     while relaxation < Relaxation.CURRENT_PROMPT_TURNS and (
         work.raw_total + header_cost > budget_raw
         or (started_above_limit and work.raw_total > room_raw)

@@ -245,7 +245,6 @@ def _may_shorten(work: WorkingView, index: int, kind: Kind, kinds: tuple[Kind, .
     """A message of one of ``kinds`` that no earlier change, protection or removal holds."""
     return not (
         kind not in kinds
-        or not work.may_shorten(index)
         or index in work.state.shortened
         or work.protection.entry_reason(index)
         # a turn's text is edited only once its thinking is out of the view

@@ -97,7 +97,8 @@ def _ledger(stored: Any, units: Sequence[Unit]) -> Ledger:
         return EMPTY
     ledger = Ledger.from_dict(stored)
     size = sum(len(unit.entries) for unit in units)
-    if any(not 0 <= e.source < size for e in (*ledger.entries, *ledger.pool)):
+    sources = [e.source for e in (*ledger.entries, *ledger.pool, *ledger.carried)]
+    if any(not 0 <= source < size for source in (*sources, *ledger.named)):
         raise ValueError("compaction snapshot's ledger names messages this history does not have")
     return ledger
 

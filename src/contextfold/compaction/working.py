@@ -138,17 +138,10 @@ class WorkingView:
     # While set, the rungs work on the messages before this history index only (the older
     # tasks, before the current human prompt); None: on the whole view.
     scope_end: int | None = None
-    # While set, messages from this history index on are not shortened (the current task:
-    # its messages stay whole or leave whole); None: any message may be.
-    whole_from: int | None = None
     changed: dict[str, int] = field(default_factory=dict)  # rung name -> changes this pass
     _kept_entries: tuple[tuple[int, int, int | None], list[int]] | None = field(
         default=None, init=False, repr=False
     )
-
-    def may_shorten(self, entry_index: int) -> bool:
-        """Whether a rung may shorten this message now (see `whole_from`)."""
-        return self.whole_from is None or entry_index < self.whole_from
 
     def is_removed(self, entry_index: int) -> bool:
         return self.history.entries[entry_index].unit in self.state.removed_units
