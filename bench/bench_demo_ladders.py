@@ -38,7 +38,7 @@ import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -89,8 +89,9 @@ def summarize_variant(
 
 
 def base_variants(settings: DemoSettings | None = None) -> tuple[RunSpec, ...]:
-    """The demo's own runs: without compaction, with context-fold, summarize ladder."""
-    return demo_runs(settings or DemoSettings())
+    """The demo's own runs: without compaction, with context-fold, summarize ladder (the
+    demo's fourth, the provider's clear_tool_uses, is no ladder of ours: left out here)."""
+    return demo_runs(replace(settings or DemoSettings(), server_editing=False))
 
 
 def sweep_variants() -> tuple[RunSpec, ...]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import re
 import subprocess
@@ -73,7 +74,8 @@ def test_demo_writes_a_png_chart_and_json(demo: Outcome, numbers: dict[str, Any]
 
 def test_every_run_is_a_real_amplifier_session(numbers: dict[str, Any]) -> None:
     plans = numbers["mount_plans"]
-    assert list(plans) == list(numbers["runs"]) == ["unmanaged", "managed", "summarize"]
+    assert list(plans) == list(numbers["runs"])
+    assert list(plans) == ["unmanaged", "managed", "summarize", "clear_tool_uses"]
     for name, plan in plans.items():
         assert plan["session"] == {"orchestrator": "loop-fold", "context": "context-fold"}
         provider = plan["providers"][0]
@@ -83,6 +85,12 @@ def test_every_run_is_a_real_amplifier_session(numbers: dict[str, Any]) -> None:
     assert plans["unmanaged"]["context"]["config"] == {
         "report_events": "every_request",
         "compaction_enabled": False,
+    }
+    # The provider's own context editing: the whole history sent, the server clearing.
+    server = plans["clear_tool_uses"]
+    assert server["context"]["config"] == plans["unmanaged"]["context"]["config"]
+    assert server["providers"][0]["config"] == plans["managed"]["providers"][0]["config"] | {
+        "context_editing": {"type": "clear_tool_uses"}
     }
     assert plans["managed"]["context"]["config"] == {"report_events": "every_request"}
     # The summarize ladder with the rung's own defaults, compacting late and deep, the
@@ -135,6 +143,56 @@ def test_both_runs_do_the_whole_task_and_keep_the_whole_history(numbers: dict[st
         assert run["history_messages"] == run["expected_messages"]
         assert run["missing_tool_results"] == 0
         assert run["history_kept"] is True
+
+
+def test_the_server_side_baseline_clears_old_results_and_fits(numbers: dict[str, Any]) -> None:
+    run = numbers["runs"]["clear_tool_uses"]
+    limit = run["input_limit"]
+    assert run["compactions"] == 0  # contextfold sent the whole history every time
+    assert run["largest_request"] <= limit and not run["overflowed"] and run["refused"] == 0
+    cleared = [p["cleared_tool_uses"] for p in run["points"]]
+    # Nothing is cleared under the trigger (half the window); over it, all but the newest
+    # three tool uses, one more per request as the task goes on.
+    assert cleared[0] == 0 and cleared[-1] == STEPS - 3
+    growing = cleared[cleared.index(next(c for c in cleared if c)) :]
+    assert all(b == a + 1 for a, b in itertools.pairwise(growing) if b)
+
+
+def test_every_run_is_priced_at_both_pricings(demo: Outcome, numbers: dict[str, Any]) -> None:
+    from contextfold.costing import PricedRequest, request_cost
+    from contextfold.prices import reference_prices
+
+    anthropic, openai = reference_prices()
+    rows = {
+        name: next(line for line in demo.out.splitlines() if f"cost ({name})" in line)
+        for name in (anthropic.name, openai.name)
+    }
+    unmanaged = numbers["runs"]["unmanaged"]
+    for key, run in numbers["runs"].items():
+        for pricing, prices in (("anthropic", anthropic), ("openai", openai)):
+            # The run's figure is its requests' plus its summary requests'.
+            per_request = sum(p[f"cost_{pricing}_usd"] for p in run["points"])
+            assert run["costs"][pricing] == pytest.approx(
+                per_request + run["summary_costs"][pricing], abs=1e-5
+            )
+            # Each request priced by the cost model from what the provider recorded.
+            previous = None
+            for point in run["points"]:
+                if point["rejected"]:
+                    continue
+                this = PricedRequest(
+                    point["tokens"], point["prefix_tokens"], point["output_tokens"]
+                )
+                usd = request_cost(prices, this, previous).usd
+                assert point[f"cost_{pricing}_usd"] == pytest.approx(usd, abs=1e-7), key
+                previous = PricedRequest(point["tokens"], point["prefix_tokens"])
+            shown = f"${run['costs'][pricing]:.4f}"
+            assert shown in rows[prices.name]
+        assert run["costs"]["anthropic"] > run["costs"]["openai"] > 0
+    managed = numbers["runs"]["managed"]["costs"]["anthropic"]
+    change = (managed - unmanaged["costs"]["anthropic"]) / unmanaged["costs"]["anthropic"]
+    assert f"${managed:.4f} ({change:+.0%})" in rows[anthropic.name]
+    assert "cheapest run was" in demo.out
 
 
 def test_numbers_are_consistent(numbers: dict[str, Any]) -> None:
@@ -257,13 +315,18 @@ def test_summarize_column_prints_its_rungs_summaries_cache_and_totals(
     def line(label: str) -> str:
         return next(text for text in lines if text.strip().startswith(label))
 
-    assert line("summaries written / reused").split()[-3:] == [
+    # The summarize column, third of four: the others have none.
+    cells = line("summaries written / reused").split()[-6:]
+    assert cells == [
+        "-",
+        "-",
         str(run["summaries_written"]),
         "/",
         str(run["summaries_reused"]),
+        "-",
     ]
     calls = f"{run['summary_tokens']:,} ({run['summary_requests']} calls)"
-    assert line("to the summarizer").rstrip().endswith(calls)
+    assert line("to the summarizer").split()[-5:] == ["-", *calls.split(), "-"]
     # The cache share per column, in the order of the columns.
     shares = [
         f"{r['cache_read_tokens']:,} ({r['cache_read_tokens'] / r['tokens_sent']:.0%})"
@@ -401,3 +464,23 @@ def test_an_empty_or_symlinked_out_is_refused_before_running(tmp_path: Path, kin
     assert status == EXIT_BAD_INPUT
     assert err.startswith("contextfold: error: --out: ") and err.count("\n") == 1
     assert printed == ""
+
+
+@pytest.mark.slow
+def test_with_cache_breakpoints_every_context_marks_and_the_provider_bills_by_them(
+    tmp_path: Path,
+) -> None:
+    status, out, err = run_main(
+        "demo", "--steps", "20", "--window", str(WINDOW), "--cache-breakpoints",
+        "--out", str(tmp_path), "--quiet", "--no-chart",
+    )  # fmt: skip
+    assert status == EXIT_OK, err
+    numbers = json.loads((tmp_path / "demo.json").read_text(encoding="utf-8"))
+    for name, plan in numbers["mount_plans"].items():
+        assert plan["context"]["config"]["cache_breakpoints"] == "anthropic", name
+    for name, run in numbers["runs"].items():
+        served = [p for p in run["points"] if not p["rejected"]]
+        assert served and all(p["breakpoints"] for p in served), name
+        # Billed as the provider reported it: reads and writes within each request.
+        assert all(p["cache_read_tokens"] + p["cache_write_tokens"] <= p["tokens"] for p in served)
+    assert "Cost (cache_control breakpoints marked):" in " ".join(out.split())

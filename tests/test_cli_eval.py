@@ -28,6 +28,7 @@ LABELS = (
     "naive drop-oldest",
     "observation masking",
     "context-simple",
+    "server-side clear_tool_uses",
     "contextfold defaults",
     "contextfold, summarize ladder",
 )
@@ -79,11 +80,13 @@ def test_eval_on_the_long_horizon_corpus_prints_tables_and_writes_json_and_chart
     for label in LABELS:
         assert label in printed
     assert "search: n/a" in printed
+    assert "cost" in printed and "anthropic" in printed and "openai" in printed
     data = load(out)
     assert data["settings"]["windows"] == [4_000, 8_000]
     assert data["inputs"] == [{"corpus": "long-horizon", "seed": 5, "sessions": 1}]
     assert [p["key"] for p in data["policies"]] == list(BUILTIN_POLICIES)
-    assert len(data["totals"]) == 2 * 5 and len(data["runs"]) == 2 * 5
+    policies = len(BUILTIN_POLICIES)
+    assert len(data["totals"]) == 2 * policies and len(data["runs"]) == 2 * policies
     conversation = data["conversations"][0]
     expected = generate_corpus(CorpusSettings(seed=5, sessions=1))[0]
     assert conversation["messages"] == len(expected.messages)

@@ -722,3 +722,83 @@ def test_prefix_tracker_matches_a_full_recount_through_any_edits(
             running.append(running[-1] + count(message))
         assert tracker._cumulative == running
         previous = view
+
+
+# -- costs ---------------------------------------------------------------------------------
+
+
+def test_every_request_is_priced_beside_the_whole_history(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from contextfold.costing import price_columns
+    from contextfold.prices import reference_prices
+
+    status, out, err = run(
+        capsys, str(EXAMPLES / "agent-session.json"), "--window", "16000",
+        "--out", str(tmp_path), "--no-chart", "-q",
+    )  # fmt: skip
+    assert status == EXIT_OK, err
+    data = load_json(tmp_path)
+    rows = data["rows"]
+    assert list(data["costs"]) == ["anthropic", "openai"]
+    for (name, priced), prices in zip(data["costs"].items(), reference_prices(), strict=True):
+        assert priced["prices"]["name"] == prices.name
+        sent = price_columns(
+            prices, [r["tokens_after"] for r in rows], [r["prefix_tokens"] for r in rows]
+        )
+        history = price_columns(
+            prices,
+            [r["history_tokens"] for r in rows],
+            [0] + [r["history_tokens"] for r in rows[:-1]],
+        )
+        assert [r[f"cost_{name}_usd"] for r in rows] == [round(u, 8) for u in sent.usd]
+        assert priced["sent_usd"] == round(sent.total_usd, 6)
+        assert priced["history_usd"] == round(history.total_usd, 6)
+        assert priced["cache_read_tokens"] == sent.cache_read_tokens
+        shown = f"history ${priced['history_usd']:.4f}, sent ${priced['sent_usd']:.4f}"
+        assert shown in " ".join(out.split())
+        assert f"input cost at {prices.name}" in out
+
+
+def test_a_gap_beyond_the_cache_lifetime_finds_the_cache_cold() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    def stamped(gap: timedelta) -> list[dict[str, Any]]:
+        start = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+        out = []
+        for index, message in enumerate(agent_run(6, result_chars=3_000)):
+            moment = (start + gap * index).isoformat()
+            out.append(
+                {**message, "metadata": {**message.get("metadata", {}), "timestamp": moment}}
+            )
+        return out
+
+    plain = replay_messages(agent_run(6, result_chars=3_000), {}, 200_000)
+    quick = replay_messages(stamped(timedelta(seconds=30)), {}, 200_000)
+    slow = replay_messages(stamped(timedelta(minutes=10)), {}, 200_000)
+    assert [r.tokens_after for r in quick.rows] == [r.tokens_after for r in plain.rows]
+    # Within five minutes of each other the requests cost as if there were no clock.
+    assert quick.costs[0].requests == plain.costs[0].requests
+    # Ten minutes apart, Anthropic's five-minute cache is gone each time: nothing is read.
+    assert slow.costs[0].cache_read_tokens == 0 < plain.costs[0].cache_read_tokens
+    assert slow.costs[0].sent_usd > plain.costs[0].sent_usd
+
+
+def test_the_configs_own_prices_are_added(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    status, _, err = run(
+        capsys, str(EXAMPLES / "agent-session.json"), "--set", 'prices="gemini-2.5-pro"',
+        "--out", str(tmp_path), "--no-chart", "-q",
+    )  # fmt: skip
+    assert status == EXIT_OK, err
+    data = load_json(tmp_path)
+    assert list(data["costs"]) == ["anthropic", "openai", "config"]
+    assert data["costs"]["config"]["prices"]["name"] == "gemini-2.5-pro"
+    assert all("cost_config_usd" in row for row in data["rows"])
+    status, _, err = run(
+        capsys, str(EXAMPLES / "agent-session.json"), "--set", 'prices="gpt-9000"',
+        "--out", str(tmp_path / "bad"), "--no-chart", "-q",
+    )  # fmt: skip
+    assert status == EXIT_BAD_INPUT
+    assert "no prices known for 'gpt-9000'" in err and err.count("\n") == 1

@@ -96,13 +96,30 @@ def test_the_readme_welcomes() -> None:
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
+def _anchors(page: Path) -> set[str]:
+    """The heading anchors of a page, as the docs site makes them (Python-Markdown's toc)."""
+    anchors = set()
+    fence = False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        elif not fence and line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            title = re.sub(r"[^\w\s-]", "", title)
+            anchors.add(re.sub(r"[\s-]+", "-", title).strip("-"))
+    return anchors
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
-def test_every_local_link_resolves(page: Path) -> None:
+def test_every_local_link_and_anchor_resolves(page: Path) -> None:
     for target in _LINK.findall(page.read_text(encoding="utf-8")):
-        if target.startswith(("http://", "https://", "#")):
+        if target.startswith(("http://", "https://")):
             continue
-        path = (page.parent / target.split("#")[0]).resolve()
+        file, _, anchor = target.partition("#")
+        path = (page.parent / file).resolve() if file else page
         assert path.exists(), f"{page.name} links to {target}, which does not exist"
+        if anchor and path.suffix == ".md":
+            assert anchor in _anchors(path), f"{page.name} links to {target}: no such heading"
 
 
 def test_the_layers_picture_names_every_layer_of_the_import_test() -> None:

@@ -19,6 +19,7 @@ from contextfold.evaluation import (
     NaiveDropOldest,
     ObservationMasking,
     Refusal,
+    ServerClearToolUses,
     builtin_policy,
     config_policy,
     default_policies,
@@ -123,7 +124,13 @@ def test_no_policy_splits_a_tool_group_and_fitting_policies_fit_by_exact_count(
     shapes: list[tuple[int, int, bool, bool]], window: int
 ) -> None:
     messages = build(shapes)
-    for policy in (NaiveDropOldest(), ObservationMasking(keep_last=2), ContextFoldPolicy()):
+    fitting = (
+        NaiveDropOldest(),
+        ObservationMasking(keep_last=2),
+        ServerClearToolUses(),
+        ContextFoldPolicy(),
+    )
+    for policy in fitting:
         for view in run(policy, messages, window):
             if isinstance(view, Refusal):
                 continue
@@ -318,3 +325,75 @@ def test_every_builtin_policy_is_found_by_its_key() -> None:
     assert [p.key for p in default_policies()] == list(BUILTIN_POLICIES)
     with pytest.raises(ValueError, match="unknown policy 'nope'; the built-in policies are naive"):
         builtin_policy("nope")
+
+
+# -- server-side clear_tool_uses --------------------------------------------------------------
+
+
+def test_clear_tool_uses_sends_everything_until_half_the_window_then_clears_all_but_three() -> None:
+    from contextfold.context_editing import PLACEHOLDER
+
+    messages = [{"role": "system", "content": "You are an agent."}, human("Go.")]
+    for n in range(10):
+        messages += group(n, 1, 900)
+    messages.append({"role": "assistant", "content": "Done."})
+    views = run(ServerClearToolUses(), messages, 4_000)
+    requests = [i for i, m in enumerate(messages) if m["role"] == "assistant" and i > 0]
+    cleared_any = False
+    for index, view in zip(requests, views, strict=True):
+        history = messages[:index]
+        assert not isinstance(view, Refusal) and counts().request(view) <= 4_000
+        if counts().request(history) <= 2_000:  # 100,000 of 200,000: half the window
+            assert view == history
+            continue
+        results = [m for m in view if m["role"] == "tool"]
+        # Over the trigger: the oldest results cleared, all but the newest three tool uses.
+        cleared = [m["content"] == PLACEHOLDER for m in results]
+        assert cleared == [True] * (len(results) - 3) + [False] * 3
+        cleared_any = True
+    assert cleared_any
+
+
+def test_clear_tool_uses_refuses_what_still_does_not_fit_and_offers_no_search() -> None:
+    messages = [{"role": "system", "content": "You are an agent."}, human("Go.")]
+    for n in range(4):
+        messages += group(n, 1, 3_000)  # the newest three alone are over a small window
+    messages.append({"role": "assistant", "content": "Done."})
+    views = run(ServerClearToolUses(), messages, 1_500)
+    assert isinstance(views[-1], Refusal)
+    assert not ServerClearToolUses().start(1_500, counts()).offers_search
+    with pytest.raises(ValueError, match="keep"):
+        ServerClearToolUses(settings={"keep": -1})
+
+
+def test_every_request_is_priced_and_the_totals_add_up() -> None:
+    from contextfold.costing import PricedRequest, request_cost
+    from contextfold.evaluation import EvalConversation, EvalSettings, evaluate
+    from contextfold.evaluation.runner import PRICINGS, REQUEST_FIELDS
+    from support import agent_run
+
+    conversation = EvalConversation("one", "files", agent_run(12, result_chars=1_500))
+    report = evaluate(
+        [conversation], [NaiveDropOldest(), ContextFoldPolicy()], EvalSettings(windows=(4_000,))
+    )
+    assert REQUEST_FIELDS[-3:] == ("cost_anthropic_usd", "cost_openai_usd", "facts")
+    for run_result, totals in zip(report.runs, report.totals, strict=True):
+        previous = None
+        for record in run_result.requests:
+            if record.refused:
+                assert record.costs == (0.0, 0.0)
+                previous = None
+                continue
+            this = PricedRequest(record.tokens, record.cached_tokens)
+            expected = tuple(request_cost(p, this, previous).usd for p in PRICINGS)
+            assert record.costs == pytest.approx(expected)
+            previous = this
+        assert totals.cost("anthropic") == pytest.approx(
+            sum(r.costs[0] for r in run_result.requests)
+        )
+        assert totals.cost("openai") == pytest.approx(sum(r.costs[1] for r in run_result.requests))
+        assert totals.cost("gemini") is None
+        row = run_result.to_dict()["requests"][3]
+        assert row[REQUEST_FIELDS.index("cost_openai_usd")] == round(
+            run_result.requests[3].costs[1], 8
+        )

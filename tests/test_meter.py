@@ -282,3 +282,99 @@ async def test_tool_schemas_take_their_size_from_the_budget_not_a_share_of_it(
     ratio_only = await _schema_session(2_000, 6_000)
     assert ratio_only["fixed"] == 0 and ratio_only["ratio"] > 2.5
     assert learned["compactions"] * 4 <= ratio_only["compactions"] * 3
+
+
+# -- every cache field the SDKs report -------------------------------------------------------
+
+
+async def test_anthropic_cache_writes_split_by_lifetime_are_read() -> None:
+    """A usage that reports its writes only split by lifetime (``cache_creation``) still
+    counts them: the request occupied input, reads and both kinds of writes."""
+    from anthropic.types import CacheCreation
+    from anthropic.types import Usage as AnthropicUsage
+
+    from contextfold.meter import read_usage
+
+    split = AnthropicUsage(
+        input_tokens=10,
+        output_tokens=5,
+        cache_read_input_tokens=2_000,
+        cache_creation=CacheCreation(ephemeral_5m_input_tokens=300, ephemeral_1h_input_tokens=40),
+    )
+    assert read_usage({"usage": split, "model": "claude-x"}) == (2_350, 2_000, 340, "claude-x")
+    as_dict = {
+        "input_tokens": 10,
+        "cache_creation": {"ephemeral_5m_input_tokens": 300},
+    }
+    assert read_usage({"usage": as_dict}) == (310, 0, 300, None)
+    # The total, when given, is the writes (the split only details it).
+    both = split.model_copy(update={"cache_creation_input_tokens": 340})
+    assert read_usage({"usage": both})[:3] == (2_350, 2_000, 340)
+    ctx = ContextFold(token_counter="heuristic")
+    await ctx.set_messages(agent_run(2))
+    await ctx.get_messages_for_request(token_budget=100_000)
+    await ctx.on_llm_response({"usage": split, "model": "claude-x"})
+    await ctx.get_messages_for_request(token_budget=100_000)
+    assert ctx.token_meter_stats.last_actual == 2_350
+
+
+def test_openai_responses_and_langchain_cached_tokens_are_read() -> None:
+    from langchain_core.messages.ai import InputTokenDetails, UsageMetadata
+    from openai.types.completion_usage import CompletionUsage, PromptTokensDetails
+    from openai.types.responses import ResponseUsage
+    from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
+
+    from contextfold.meter import read_usage
+
+    responses = ResponseUsage(
+        input_tokens=5_000,
+        input_tokens_details=InputTokensDetails(cached_tokens=4_096, cache_write_tokens=600),
+        output_tokens=20,
+        output_tokens_details=OutputTokensDetails(reasoning_tokens=0),
+        total_tokens=5_020,
+    )
+    # input_tokens already counts the cached and the written parts.
+    assert read_usage({"usage": responses, "model": "gpt-5"}) == (5_000, 4_096, 600, "gpt-5")
+    chat = CompletionUsage(
+        prompt_tokens=1_234,
+        completion_tokens=5,
+        total_tokens=1_239,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=1_000, cache_write_tokens=200),
+    )
+    assert read_usage({"usage": chat}) == (1_234, 1_000, 200, None)
+    langchain = UsageMetadata(
+        input_tokens=3_000,
+        output_tokens=7,
+        total_tokens=3_007,
+        input_token_details=InputTokenDetails(cache_read=2_000, cache_creation=500),
+    )
+    assert read_usage({"usage": langchain}) == (3_000, 2_000, 500, None)
+
+
+@pytest.mark.parametrize(
+    ("usage", "where"),
+    [
+        (
+            {"input_tokens": 10, "cache_creation": {"ephemeral_1h_input_tokens": "x"}},
+            "cache_creation.",
+        ),
+        (
+            {"input_tokens": 10, "input_tokens_details": {"cached_tokens": -3}},
+            "input_tokens_details.",
+        ),
+        (
+            {"input_tokens": 10, "input_token_details": {"cache_read": float("nan")}},
+            "input_token_details.",
+        ),
+    ],
+)
+def test_a_bad_nested_cache_figure_is_ignored_with_one_warning(
+    usage: dict, where: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from contextfold.meter import read_usage
+
+    with caplog.at_level(logging.WARNING, logger="contextfold"):
+        parsed = read_usage({"usage": usage})
+    assert parsed is not None and parsed[0] == 10 and parsed[1] == parsed[2] == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and f"usage.{where}" in warnings[0]

@@ -256,7 +256,8 @@ async def test_the_tool_cap_comes_from_its_config() -> None:
         ({"id": "fifty"}, "malformed_id", "is not a recall id"),
         ({"id": "r3", "offset": -4}, "invalid_argument", "offset"),
         ({}, "invalid_input", 'needs an "id"'),
-        ({"id": "r3", "limit": 5}, "invalid_input", "unknown: ['limit']"),
+        ({"id": "r3", "limit": 5}, "invalid_input", "'limit' goes with 'query'"),
+        ({"id": "r3", "pages": 5}, "invalid_input", "unknown: ['pages']"),
         ("r3", "invalid_input", 'needs an "id"'),
     ],
 )
@@ -294,9 +295,9 @@ async def test_a_bad_tool_config_fails_the_mount(config: dict[str, Any], message
 def test_the_tool_describes_itself() -> None:
     tool = ContextRecallTool(MockCoordinator())
     assert tool.name == "context_recall"
-    assert tool.input_schema["required"] == ["id"]
-    assert set(tool.input_schema["properties"]) == {"id", "offset"}
-    assert "r41" in tool.description
+    assert "required" not in tool.input_schema  # an id or a query
+    assert set(tool.input_schema["properties"]) == {"id", "offset", "query", "limit"}
+    assert "r41" in tool.description and "'query'" in tool.description
 
 
 # -- an agent loop in the real kernel -----------------------------------------------------------

@@ -108,12 +108,18 @@ async def test_costs_read_from_admission_equal_costs_counted_again(
     assert any(row.prefix_tokens for row in fast.rows)
 
 
-def test_row_dicts_are_asdict_plus_over_budget() -> None:
+def test_row_dicts_are_asdict_plus_over_budget_and_costs() -> None:
     from dataclasses import asdict
 
     result = replay_messages(agent_run(12, result_chars=1500), {}, 8_000)
     rows = result.to_dict()["rows"]
-    expected = [asdict(row) | {"over_budget": row.over_budget} for row in result.rows]
+    expected = [
+        asdict(row)
+        | {"over_budget": row.over_budget}
+        | {priced.key: round(priced.requests[i], 8) for priced in result.costs}
+        for i, row in enumerate(result.rows)
+    ]
+    assert [priced.key for priced in result.costs] == ["cost_anthropic_usd", "cost_openai_usd"]
     assert rows == expected
     assert [list(row) for row in rows] == [list(row) for row in expected]  # same key order
     assert rows[0]["applied"] is not result.rows[0].applied

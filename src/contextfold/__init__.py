@@ -29,6 +29,7 @@ from .oneshot import afit, fit
 from .recall import RecallError
 from .repair import Repair
 from .report import RequestReport
+from .search import SearchHit
 from .store import ConcurrentUpdateError, StoreError
 from .tokens import (
     CalibratedCounter,
@@ -69,6 +70,7 @@ __all__ = [
     "Relaxation",
     "Repair",
     "RequestReport",
+    "SearchHit",
     "StoreError",
     "SummaryStats",
     "TokenCounter",

@@ -31,11 +31,24 @@ import logging
 import types
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
-from typing import Any
-
-from .config import ContextConfig
+from typing import Any, Protocol
 
 logger = logging.getLogger(__name__)
+
+
+class BudgetSettings(Protocol):
+    """The settings a budget is derived from (`BudgetSettings` has them): named here, below
+    the config, so the budget reads its figures without importing the layer above."""
+
+    @property
+    def max_tokens(self) -> int | None: ...
+    @property
+    def max_tokens_fallback(self) -> int: ...
+    @property
+    def output_reserve_fraction(self) -> float: ...
+    @property
+    def safety_margin(self) -> int | None: ...
+
 
 SOURCES = ("explicit", "provider_model_info", "provider_defaults", "max_tokens_fallback")
 # Which bound decided the effective budget: the source's own figure (the contract's formula,
@@ -128,7 +141,7 @@ class BudgetDecision:
 
 
 async def derive_budget(
-    config: ContextConfig, *, token_budget: int | None = None, provider: Any | None = None
+    config: BudgetSettings, *, token_budget: int | None = None, provider: Any | None = None
 ) -> BudgetDecision:
     """Derive the effective budget of one request (see the module docstring)."""
     model = _provider_model(provider)
@@ -171,11 +184,11 @@ async def derive_budget(
 # The last decision made, with the config and figures it was made from: a session asks with
 # the same config and the same model info on every request, and building the record each
 # time was a tenth of a steady request. Decisions are frozen, so sharing one is safe.
-_last: tuple[ContextConfig, tuple[Any, ...], BudgetDecision] | None = None
+_last: tuple[BudgetSettings, tuple[Any, ...], BudgetDecision] | None = None
 
 
 def _finish(
-    config: ContextConfig,
+    config: BudgetSettings,
     source: str,
     context_window: int | None,
     max_output: int | None,
@@ -196,7 +209,7 @@ def _finish(
 
 
 def _decide(
-    config: ContextConfig,
+    config: BudgetSettings,
     source: str,
     context_window: int | None,
     max_output: int | None,
@@ -220,7 +233,8 @@ def _decide(
             (under_limit, "input_limit") if under_limit < derived else (derived, "derived")
         )
     cap = config.max_tokens
-    capped = cap is not None and cap < uncapped
+    effective = uncapped if cap is None else min(cap, uncapped)
+    capped = effective < uncapped
     return BudgetDecision(
         source=source,
         context_window=context_window,
@@ -230,7 +244,7 @@ def _decide(
         max_tokens=cap,
         max_tokens_fallback=config.max_tokens_fallback,
         capped=capped,
-        effective_budget=cap if capped else uncapped,  # type: ignore[arg-type]
+        effective_budget=effective,
         model=model,
         input_limit=limit,
         safety_margin=margin,

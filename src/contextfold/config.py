@@ -14,8 +14,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from .cache_marks import CACHE_BREAKPOINT_MODES
 from .compaction.ladder import normalize_strategies
 from .errors import ConfigError
+from .prices import prices_for
 from .shown import shown
 
 logger = logging.getLogger(__name__)
@@ -88,6 +90,11 @@ class ContextConfig:
     token_model: str | None = None
     # Events.
     report_events: str = "changes"
+    # Prompt caching and prices: Anthropic breakpoints on delivered views ("off" or
+    # "anthropic"), and the prices costs are computed with (a family or provider name, or a
+    # mapping of figures; None: the table's entry for the model, where one is needed).
+    cache_breakpoints: str = "off"
+    prices: Any = None
 
     def __post_init__(self) -> None:
         _check_optional_positive_int("max_tokens", self.max_tokens)
@@ -167,6 +174,18 @@ class ContextConfig:
                 f"token_counter={shown(self.token_counter)} is unknown; use one of "
                 f"{', '.join(COUNTER_KINDS)} (default 'calibrated')."
             )
+
+        if not _is_str(self.cache_breakpoints) or self.cache_breakpoints not in (
+            CACHE_BREAKPOINT_MODES
+        ):
+            raise ConfigError(
+                f"cache_breakpoints={shown(self.cache_breakpoints)} is not one of "
+                f"{', '.join(CACHE_BREAKPOINT_MODES)} (default 'off'; 'anthropic' marks "
+                "cache_control breakpoints on every delivered view)."
+            )
+        if self.prices is not None:
+            # Frozen: the figures, checked once, replace the name or mapping given.
+            object.__setattr__(self, "prices", prices_for(self.prices))
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any] | None) -> ContextConfig:

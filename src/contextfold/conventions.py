@@ -80,7 +80,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 SystemPromptFactory = Callable[[], Awaitable[str] | str]
 
@@ -208,7 +208,10 @@ def is_reference_only(message: Mapping[str, Any]) -> bool:
     return _metadata(message).get(PUBLIC_REFERENCE_ONLY_KEY) is True
 
 
-def request_form(message: Mapping[str, Any]) -> Mapping[str, Any]:
+_MessageT = TypeVar("_MessageT", bound=Mapping[str, Any])
+
+
+def request_form(message: _MessageT) -> _MessageT | dict[str, Any]:
     """The form of a message the model sees: without the history-only metadata keys.
 
     ``amplifier_public_message`` (the public original a row was expanded from),

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .budget import BudgetDecision
+from .cache_marks import marked_view
 from .compaction.planner import PassResult
 from .config import ContextConfig
 from .context_state import ContextState
@@ -109,6 +110,8 @@ class Delivery:
             view = [dict(system_prompt.message)]
             copy = _shared if share else detached
             view.extend(copy(m) for m in messages if id(m) not in hidden)
+        if not share and self.config.cache_breakpoints != "off":
+            view = marked_view(view, self.config.cache_breakpoints)  # on the copies only
         report = self.report(state, planned)
         state.last_delivered_raw = planned.view_raw
         state.last_report = report

@@ -63,6 +63,7 @@ class StandaloneContextLengthError(Exception):
 try:
     from amplifier_core.llm_errors import ContextLengthError
 except ImportError:  # the plain library: `pip install contextfold` without [amplifier]
+    # One name bound to either class: a type checker takes the kernel's, as imported above.
     ContextLengthError = StandaloneContextLengthError  # type: ignore[assignment,misc]
 
 
@@ -93,6 +94,8 @@ def context_length_error(
 ) -> ContextLengthError:
     """A ContextLengthError carrying the numbers as attributes as well as in its text."""
     error = ContextLengthError(message, provider="context-fold", model=model)
+    # The numbers ride on the instance: the kernel's class (not ours to change) has no fields
+    # for them.
     error.required_tokens = required_tokens  # type: ignore[attr-defined]
     error.budget = budget  # type: ignore[attr-defined]
     return error

@@ -103,6 +103,9 @@ class History:
     long_texts: set[int] = field(default_factory=set, init=False)
     thinking_entries: set[int] = field(default_factory=set, init=False)
     pinned_entries: set[int] = field(default_factory=set, init=False)
+    # Messages the caller pinned (``metadata.pinned: true`` at admission, or `ContextFold.pin`
+    # later): kept in the view whole, yielding only before the required core (`protection`).
+    pins: set[int] = field(default_factory=set, init=False)
     # Persisted reminders by their text (the newest copy of each): what a request that must
     # carry a reminder complete (``retain_contents``) looks up.
     reminders: dict[str, int] = field(default_factory=dict, init=False)
@@ -207,13 +210,13 @@ class History:
         Anything else (a fault inside a group, a reused id, history-only rows) takes the
         general path.
         """
-        general = (
+        if (
             cost is None
             or info is None
             or info.reference_only
             or info.ill_formed  # its view is not the message itself
-        )
-        if general or (info.call_ids and info.result_ids):
+            or (info.call_ids and info.result_ids)
+        ):
             self.append(self.prepare(message, cost=cost, info=info, restored=True))
             return
         index = len(self.entries)
@@ -286,6 +289,8 @@ class History:
             self.pinned_entries.add(index)
         if info.reminder:
             self.reminders[_plain_text(entry.message.get("content"))] = index
+        if entry.view is not None and pinned_at_admission(entry.message):
+            self.pins.add(index)
         self.entries.append(entry)
 
     def extend(self, messages: Iterable[Any]) -> list[IngressClip]:
@@ -357,6 +362,13 @@ class History:
             swap = replaced.get(i)
             total += swap[1] if swap is not None else self.entries[i].cost
         return total
+
+
+def pinned_at_admission(message: Mapping[str, Any]) -> bool:
+    """Whether a message asks to be pinned: ``metadata.pinned`` is ``True`` (only the
+    boolean: ``"true"`` or ``1`` pin nothing)."""
+    metadata = message.get("metadata")
+    return isinstance(metadata, Mapping) and metadata.get("pinned") is True
 
 
 def _plain_text(content: Any) -> str:

@@ -168,13 +168,13 @@ def held_values(message: Mapping[str, Any]) -> list[tuple[str, ...]]:
         text = leaf if len(leaf) <= left else leaf[:left]
         left -= len(text)
         for values in _cached_rows(text) if len(text) <= _CACHED_CHARS else _text_rows(text):
-            row = []
+            kept: list[str] = []
             for value in values:
                 if value not in seen and MIN_VALUE_CHARS <= len(value) <= MAX_VALUE_CHARS:
                     seen.add(value)
-                    row.append(value)
-            if row:
-                rows.append(tuple(row))
+                    kept.append(value)
+            if kept:
+                rows.append(tuple(kept))
     return rows
 
 

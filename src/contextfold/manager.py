@@ -23,6 +23,7 @@ from .admission import admit
 from .compaction.summarize import Summarize
 from .config import ContextConfig
 from .context_lock import ContextLock
+from .context_search import ContextSearch
 from .context_state import ContextState
 from .conventions import SystemPromptFactory, normalize_retain_contents
 from .delivery import Delivery, meter_stats
@@ -34,15 +35,17 @@ from .messages import Kind
 from .meter import MeterStats
 from .persistence import Persistence
 from .recall import DEFAULT_MAX_TOKENS as DEFAULT_RECALL_TOKENS
-from .recall import recall_message
+from .recall import RecallError, parse_recall_id, recall_message
+from .recall import recall_id as _recall_id
 from .repair import Repair
 from .report import RequestReport
 from .request import RequestParts, RequestPlanner
+from .search import SearchHit, check_query
 from .store.base import SessionStore
 from .store.link import session_link
 from .summaries import Summarizer, SummaryStore
 from .summary_pass import SummaryPass, SummaryStats, summary_folder
-from .tokens import TokenCounter, build_counter
+from .tokens import CalibratedCounter, TokenCounter, build_counter
 from .usage_feed import calibrate, usage_reading
 from .views import detached
 
@@ -97,6 +100,7 @@ class ContextFold:
         self._parts = RequestParts(
             config, self._state, self._planner, self._lock, self._events, self._persistence
         )
+        self._search = ContextSearch(link)
 
     def _new_history(self) -> History:
         return History(self.counter, self.config.max_tool_result_bytes)
@@ -128,7 +132,7 @@ class ContextFold:
         if admission.clips or appended.repairs:  # nearly every admission has nothing to report
             await self._emit_admission(admission.clips, appended.repairs)
 
-    async def set_messages(self, messages: list[dict[str, Any]]) -> None:
+    async def set_messages(self, messages: Iterable[Mapping[str, Any]]) -> None:
         """Replace the history (session resume). All-or-nothing: on a bad message the
         error names its index and the current history stays as it was. Learned
         calibration survives; compaction state starts afresh."""
@@ -253,6 +257,62 @@ class ContextFold:
         history = self._state.history
         return recall_message(history, recall_id, max_tokens, self.counter, offset=offset)
 
+    async def search(self, query: str, limit: int = 5) -> list[SearchHit]:
+        """The ``limit`` messages that best match ``query`` (a few words describing what to
+        find) among those the view does not carry whole (compacted away, shortened or
+        cleared), best first: each a `SearchHit` with its recall id, role, score and a
+        snippet. Raises ValueError for an empty query, one of stopwords only, or a limit
+        outside 1-50. Safe during a compaction pass, as `get_messages`."""
+        query, limit = check_query(query, limit)
+        await self._readable()
+        return await self._search.search(self._state, query, limit)
+
+    # -- pins --------------------------------------------------------------------------------
+
+    async def pin(self, recall_id: str) -> None:
+        """Keep the message ``recall_id`` names (``"r41"``) in the view whole from the next
+        request on (brought back if compaction had taken it out; a tool result keeps its
+        call group). Pins yield only when the view without its notice cannot otherwise fit
+        the budget, before anything the request cannot go without. Saved with a durable
+        session; `set_messages` and `clear` drop pins made by id (a replaced history's
+        messages keep the ``metadata.pinned`` they were admitted with). Raises `RecallError`
+        (a ValueError) for an id history does not hold, or a message never sent."""
+        await self._change_pin(recall_id, True)
+
+    async def unpin(self, recall_id: str) -> None:
+        """Let the message ``recall_id`` names be compacted again (pinned by id or by its
+        ``metadata.pinned``); unpinning a message that is not pinned changes nothing.
+        `RecallError` as `pin`."""
+        await self._change_pin(recall_id, False)
+
+    @property
+    def pins(self) -> list[str]:
+        """The recall ids of the pinned messages, in history order."""
+        return [_recall_id(i) for i in sorted(self._state.history.pins)]
+
+    async def _change_pin(self, recall_id: str, pinned: bool) -> None:
+        await self._readable()
+        async with self._lock:
+            await self._parts.loaded()
+            state = self._state
+            history = state.history
+            index = parse_recall_id(recall_id, len(history))
+            if history.entries[index].view is None:
+                raise RecallError(
+                    f"{recall_id.strip()} is history only (never sent to the model), so the "
+                    "view cannot carry it: there is nothing to pin",
+                    "invalid_argument",
+                )
+            if (index in history.pins) == pinned:
+                return
+            if pinned:
+                history.pins.add(index)
+            else:
+                history.pins.discard(index)
+                state.sticky.pins_seen = state.sticky.pins_seen - {index}
+            state.state_dirty = True  # saved with the compaction state
+            await self._parts.persisted()
+
     async def _readable(self) -> None:
         """Load a durable session on first use. History changes only in synchronous steps
         (never across an await), so a read that needs no loading takes no lock: it sees
@@ -276,7 +336,8 @@ class ContextFold:
         self._state.last_reading = reading
         update = calibrate(self.counter, reading)
         if update is not None:
-            if self._link is not None:
+            # (an update comes only from a calibrated counter: `calibrate`)
+            if self._link is not None and isinstance(self.counter, CalibratedCounter):
                 await self._link.save_calibration(self.counter.snapshot())
             await self._events.emit(CALIBRATION, update.to_event())
 

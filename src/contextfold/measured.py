@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from .budget import derive_budget
 from .compaction.planner import PassPlan, PassResult, assemble_view, run_pass
@@ -37,7 +37,7 @@ from .errors import context_length_error
 from .request import RequestParts
 from .views import detached
 
-CountView = Callable[[list[dict[str, Any]]], Awaitable[Mapping[str, Any] | None]]
+CountView = Callable[[list[dict[str, Any]]], Awaitable[Mapping[str, Any]]]
 FitOutput = Callable[[list[dict[str, Any]], Mapping[str, Any]], Awaitable[Any]]
 
 NOT_NEEDED = "not_needed"
@@ -109,7 +109,7 @@ def read_count(attempt: Any) -> Count | None:
     return Count(attempt=attempt, estimated=estimated, limit=limit, measured=measured)
 
 
-def _count(value: Any) -> bool:
+def _count(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
@@ -180,6 +180,14 @@ class _Candidate:
     notice_cost: int
     count: Count
     result: PassResult | None  # None: the sticky view as it stands
+
+    @property
+    def measured(self) -> int:
+        """The provider's count of the view (the first offer is checked to have one, and a
+        later one is a candidate only once counted)."""
+        measured = self.count.measured
+        assert measured is not None
+        return measured
 
 
 async def measured_request_view(
@@ -365,7 +373,7 @@ class _Negotiation:
         # rungs, each counted by the provider.
         ladder = [r for r in self.planner.ladder if getattr(r, "name", "") != "summarize"]
         for rung in range(1, len(ladder) + 1):
-            overhead = best.count.measured - math.ceil(best.raw * self.ratio)  # type: ignore[operator]
+            overhead = best.measured - math.ceil(best.raw * self.ratio)
             result = self.compact(ladder=ladder[:rung], overhead=overhead)
             raw = result.raw_total + result.notice_cost + self.request_raw
             if best.result is not None and _same(result, best.result):
@@ -380,7 +388,7 @@ class _Negotiation:
                     raise _hard_error(best.count, self.parts, "recount became unavailable")
                 return self.envelope(MEASUREMENT_UNAVAILABLE, first, best, None)
             candidate = _Candidate(view, raw, result.notice_cost, count, result)
-            if count.measured >= best.count.measured:  # type: ignore[operator]
+            if count.measured >= best.measured:
                 continue  # no smaller: keep the smaller counted view
             best = candidate
             if self.messages_size(best) <= self.target and not count.hard_over:
@@ -436,7 +444,7 @@ class _Negotiation:
         base = self.base
         target = self.target
         ratio = self.ratio
-        overhead = candidate.count.measured - math.ceil(candidate.raw * ratio)  # type: ignore[operator]
+        overhead = candidate.measured - math.ceil(candidate.raw * ratio)
         applied: list[Any] = []
 
         async def apply(claim: Callable[[], bool]) -> bool:

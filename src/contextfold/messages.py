@@ -79,7 +79,8 @@ assert tuple(f.name for f in fields(MessageInfo))[3:] == _INFO_FLAGS
 
 
 # json.loads's C scanner called directly (json.loads costs as much again around it).
-_scan_json = json.scanner.make_scanner(json.JSONDecoder())
+# typeshed types its argument as a scanner; it reads the decoder's settings from any object.
+_scan_json = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 
 
 def info_to_json(info: MessageInfo) -> str:
@@ -306,9 +307,11 @@ def _plain_list(value: list[Any], depth: int) -> list[Any]:
 def _plain_scalar(kind: type, item: Any) -> bool:
     """Whether a non-string leaf is stored by the round trip as it is."""
     if kind is int:
-        return -_INT_LIMIT <= item <= _INT_LIMIT  # a huge int: json has a digit limit
+        number: int = item
+        return -_INT_LIMIT <= number <= _INT_LIMIT  # a huge int: json has a digit limit
     if kind is float:
-        return item - item == 0.0  # not inf or nan, which allow_nan=False refuses
+        real: float = item
+        return real - real == 0.0  # not inf or nan, which allow_nan=False refuses
     return kind is bool or item is None
 
 
@@ -351,8 +354,8 @@ def to_plain(message: Any) -> Any:
     message = _dumped(message)
     if not isinstance(message, Mapping):
         return message
-    content = message.get("content")
-    tool_calls = message.get("tool_calls")
+    content: Any = message.get("content")
+    tool_calls: Any = message.get("tool_calls")
     typed_content = isinstance(content, list) and any(_is_model(b) for b in content)
     typed_calls = isinstance(tool_calls, list) and any(_is_model(c) for c in tool_calls)
     if not (typed_content or typed_calls):
@@ -419,7 +422,7 @@ def inspect_message(message: Any, *, index: int | None) -> MessageInfo:
         )
     # Metadata holding only keys no convention reads (the admission stamp) marks nothing:
     # the flag checks below are skipped for it, as for no metadata at all.
-    if conventions.marks_nothing(metadata):
+    if metadata is None or conventions.marks_nothing(metadata):
         metadata = {}
 
     blocks = _check_content(role, message.get("content"), index)

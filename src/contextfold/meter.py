@@ -21,7 +21,7 @@ import numbers
 import reprlib
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, SupportsFloat, cast
 
 logger = logging.getLogger(__name__)
 
@@ -57,9 +57,15 @@ def read_usage(data: Mapping[str, Any]) -> tuple[int, int, int, str | None] | No
     """(occupancy, cache_read, cache_write, model) from an ``llm:response`` payload, or None.
 
     Understands the usage shapes a caller may hold: Amplifier's ``Usage`` (``input_tokens``
-    gross, ``cache_write_tokens`` apart), the OpenAI SDK's (``prompt_tokens``, cached tokens
-    included) and the Anthropic SDK's (``input_tokens`` is the uncached part only, so
-    ``cache_creation_input_tokens`` and ``cache_read_input_tokens`` are added).
+    gross, ``cache_read_tokens`` inside it, ``cache_write_tokens`` apart); the OpenAI SDK's
+    (``prompt_tokens``, cached and written tokens included, read from
+    ``prompt_tokens_details.cached_tokens`` and ``cache_write_tokens``; the Responses API's
+    ``input_tokens`` with ``input_tokens_details`` alike); the Anthropic SDK's
+    (``input_tokens`` is the uncached part only, so ``cache_creation_input_tokens`` and
+    ``cache_read_input_tokens`` are added; when only the split by lifetime is reported,
+    ``cache_creation.ephemeral_5m_input_tokens`` and ``ephemeral_1h_input_tokens`` are the
+    writes); and LangChain's ``usage_metadata`` (``input_tokens`` gross, with
+    ``input_token_details.cache_read`` and ``cache_creation`` inside it).
     """
     if not isinstance(data, Mapping):
         logger.warning(
@@ -82,33 +88,66 @@ def read_usage(data: Mapping[str, Any]) -> tuple[int, int, int, str | None] | No
             _shown(usage),
         )
         return None
-    get = usage.get if isinstance(usage, Mapping) else lambda key: getattr(usage, key, None)
+    get: Callable[[str], Any] = (
+        usage.get if isinstance(usage, Mapping) else lambda key: getattr(usage, key, None)
+    )
     model = data.get("model")
     model = model if isinstance(model, str) and model else None
     field = _FieldReader(get)
     prompt = field("prompt_tokens")
     if prompt is not None:  # OpenAI SDK
         details = get("prompt_tokens_details")
-        cached = None
+        cached = written = None
         if details is not None:
-            cached = _FieldReader(
-                details.get
-                if isinstance(details, Mapping)
-                else lambda key: getattr(details, key, None),
-                prefix="usage.prompt_tokens_details.",
-            )("cached_tokens")
-        return prompt, cached or 0, 0, model
+            detail = _details_reader(details, "usage.prompt_tokens_details.")
+            cached, written = detail("cached_tokens"), detail("cache_write_tokens")
+        return prompt, cached or 0, written or 0, model
     input_tokens = field("input_tokens")
     if input_tokens is None:
         return None
     creation = field("cache_creation_input_tokens")
+    if creation is None:  # only the split by lifetime (``cache_creation``) was reported
+        creation = _creation_split(get("cache_creation"))
     anthropic_read = field("cache_read_input_tokens")
     if creation is not None or anthropic_read is not None:  # Anthropic SDK
         read, write = anthropic_read or 0, creation or 0
         return input_tokens + read + write, read, write, model
+    details = get("input_token_details")
+    if details is not None:  # LangChain's usage_metadata: input_tokens counts both already
+        detail = _details_reader(details, "usage.input_token_details.")
+        return input_tokens, detail("cache_read") or 0, detail("cache_creation") or 0, model
+    details = get("input_tokens_details")
+    if (
+        details is not None
+        and get("cache_read_tokens") is None
+        and get("cache_write_tokens") is None
+    ):
+        # The OpenAI Responses API: input_tokens counts the cached and written parts already.
+        detail = _details_reader(details, "usage.input_tokens_details.")
+        read, write = detail("cached_tokens") or 0, detail("cache_write_tokens") or 0
+        return input_tokens, read, write, model
     read = field("cache_read_tokens") or 0
     write = field("cache_write_tokens") or 0
     return input_tokens + write, read, write, model
+
+
+def _details_reader(details: Any, prefix: str) -> _FieldReader:
+    """Reads the token counts of a nested usage record (a mapping or an SDK object)."""
+    get: Callable[[str], Any] = (
+        details.get if isinstance(details, Mapping) else lambda key: getattr(details, key, None)
+    )
+    return _FieldReader(get, prefix=prefix)
+
+
+def _creation_split(split: Any) -> int | None:
+    """Anthropic's cache writes by lifetime (``cache_creation.ephemeral_5m_input_tokens``
+    and ``ephemeral_1h_input_tokens``), summed; None when neither is reported."""
+    if split is None:
+        return None
+    detail = _details_reader(split, "usage.cache_creation.")
+    parts = [detail("ephemeral_5m_input_tokens"), detail("ephemeral_1h_input_tokens")]
+    known = [part for part in parts if part is not None]
+    return sum(known) if known else None
 
 
 class _FieldReader:
@@ -144,7 +183,8 @@ def _count(value: Any) -> int | None:
         count = int(value)
     elif isinstance(value, numbers.Number):  # float, Decimal, Fraction, numpy scalars
         try:
-            number = float(value)  # type: ignore[arg-type]
+            # Not every Number converts (a complex does not): TypeError, caught here.
+            number = float(cast("SupportsFloat", value))
         except (TypeError, ValueError, OverflowError):
             return None
         if not math.isfinite(number):

@@ -236,8 +236,11 @@ class RequestPlanner:
         counter = self.counter
         calibrated = isinstance(counter, CalibratedCounter) and counter.set_aside(model)
         reading = state.last_reading
-        measured = self.config.token_meter == "actual" and reading is not None
-        if measured and (calibrated or not readings_agree(state.aside_reading, reading)):
+        if (
+            self.config.token_meter == "actual"
+            and reading is not None
+            and (calibrated or not readings_agree(state.aside_reading, reading))
+        ):
             # In actual mode the reading itself drives the size; it stays aside until a
             # later reading agrees with it.
             state.aside_reading, state.last_reading = reading, None
@@ -302,6 +305,8 @@ class RequestPlanner:
         overhead = fixed + max(0, measured - estimate)
         retained = self.find_reminders(state, required_reminders)
         restore = any(sticky.compacted(history, i) for i in retained)
+        # A message pinned since the last plan that the view has compacted comes back now.
+        repin = sticky.newly_pinned_out(history)
 
         # The notice rides on its own reserve (already taken out of `usable`), so the trigger
         # compares the messages alone; counting the notice too would re-trigger a view the
@@ -322,7 +327,7 @@ class RequestPlanner:
         # Never deliver a view over the budget by either figure: an under-reporting meter
         # (one usage shape read as another) must not let the estimate overflow.
         over_budget = max(measured, estimate) > budget
-        if messages_size > fires_at or restore or over_budget:
+        if messages_size > fires_at or restore or over_budget or repin:
 
             def raw(tokens: int) -> int:
                 return max(0, math.floor((tokens - overhead) / ratio) - request_raw)
@@ -361,7 +366,7 @@ class RequestPlanner:
                 # the next request without it does not keep it.
                 delivered = assemble_view(history, result.state, result.notice)
                 delivered_raw = after_raw
-            elif changed and (after_raw < before_raw or over_budget or adopted):
+            elif changed and (after_raw < before_raw or over_budget or adopted or repin):
                 sticky.commit(history, result)
                 state.state_dirty = True
                 sticky.summaries_adopted = sticky.summaries_adopted or adopted
@@ -375,6 +380,9 @@ class RequestPlanner:
             if not restore:
                 delivered = sticky.view
                 delivered_raw = sticky.raw + sticky.notice_cost + request_raw
+            if repin:
+                # Planned with every pin, kept or yielded: not planned again for them.
+                sticky.pins_seen = frozenset(history.pins)
             after_estimate = math.ceil(delivered_raw * ratio) + fixed
         else:
             after_estimate = estimate

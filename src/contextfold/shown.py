@@ -44,7 +44,7 @@ class _BoundedRepr(reprlib.Repr):
 
 
 def _first(items: Any, n: int) -> list[Any]:
-    out = []
+    out: list[Any] = []
     for item in items:
         if len(out) == n:
             break

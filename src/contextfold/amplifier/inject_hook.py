@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from amplifier_core.models import HookResult
 
 MODULE_ID = "hooks-context-inject"
-ROLES = ("system", "user", "assistant")
+Role = Literal["system", "user", "assistant"]
+ROLES: tuple[Role, ...] = ("system", "user", "assistant")
 MIN_CHARS = 20
 MAX_CHARS = 100_000
 _KNOWN_KEYS = frozenset({"events", "role", "chars", "every"})
@@ -39,7 +40,7 @@ class InjectConfig:
     """Validated configuration of ``hooks-context-inject``."""
 
     events: tuple[str, ...] = ("tool:post",)
-    role: str = "system"
+    role: Role = "system"
     chars: int = 200
     every: int = 1
 

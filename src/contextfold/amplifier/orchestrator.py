@@ -48,13 +48,16 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from amplifier_core.llm_errors import ContextLengthError, LLMError
 from amplifier_core.message_models import ChatRequest, ChatResponse, Message, ToolCall, ToolSpec
 from amplifier_core.models import HookResult, ToolResult
 
 from contextfold.tokens import CalibratedCounter
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs  # typing's own from Python 3.13
 
 logger = logging.getLogger(__name__)
 
@@ -553,7 +556,11 @@ class _Turn:
     # -- tools -------------------------------------------------------------------------
 
     async def _run_tool(self, call: ToolCall) -> None:
-        base = {"tool_name": call.name, "tool_input": dict(call.arguments), "tool_call_id": call.id}
+        base: dict[str, Any] = {
+            "tool_name": call.name,
+            "tool_input": dict(call.arguments),
+            "tool_call_id": call.id,
+        }
         pre = await self._settle(await self._emit("tool:pre", base), "tool:pre", call.name)
         if pre.action == "deny":
             reason = pre.reason or "denied by a hook"
@@ -770,7 +777,7 @@ def _provider_output_cap(provider: Any) -> int | None:
         return None
 
 
-def _positive(value: Any) -> bool:
+def _positive(value: Any) -> TypeIs[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 

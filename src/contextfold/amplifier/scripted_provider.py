@@ -3,7 +3,9 @@
 It replays a script of replies and tool calls, but everything around the replies is measured
 the way a real provider would report it: the input of each request is counted with a real
 tokenizer (o200k_base), prompt-cache reads and writes are derived from the longest prefix the
-request shares with the previous one, a request over the usable window is refused with
+request shares with the previous one (or, for a request carrying Anthropic ``cache_control``
+marks, by Anthropic's breakpoint rules: see ``scripted_cache``), a request over the usable
+window is refused with
 amplifier-core's ``ContextLengthError`` (or, with ``enforce_window: false``, served and marked
 overflowed), and usage is reported on ``llm:response`` like a vendor provider does. Each request
 leaves a :class:`RequestRecord` in ``provider.records`` for reports and charts.
@@ -32,6 +34,11 @@ Shapes of real providers, so a whole session can meet what production meets:
   provider returns them.
 * ``call_ids: "per_response"`` (default ``"unique"``): tool call ids restart at ``call_0`` in
   every response, as some OpenAI-compatible backends number them.
+* ``context_editing: {"type": "clear_tool_uses", ...}`` (default none): Anthropic's
+  server-side context editing, applied to every chat request before it is measured (see
+  ``contextfold.context_editing``; the trigger left out is the documented 100,000 tokens
+  scaled to ``context_window``). Each record says how many tool uses it cleared.
+* ``cache_min_tokens`` (default 1,024): the shortest prefix a breakpoint caches.
 * ``strict_sequence: true`` (default false): each request is checked the way real providers
   check it (see :class:`SequenceChecker`) and refused with a non-retryable
   ``InvalidRequestError`` on a sequence fault; every request's check is kept on its record.
@@ -51,7 +58,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from amplifier_core.llm_errors import ContextLengthError
@@ -66,6 +73,13 @@ from amplifier_core.message_models import (
 )
 from amplifier_core.models import ModelInfo, ProviderInfo
 
+from contextfold.amplifier.scripted_cache import (
+    BreakpointCache,
+    PrefixCache,
+    block_count,
+    cache_marks_of,
+    unmarked,
+)
 from contextfold.amplifier.scripted_script import (
     CALL_ID_MODES,
     EXHAUSTED_TEXT,
@@ -88,6 +102,7 @@ from contextfold.amplifier.sequence_check import (
     sequence_refusal,
     text_content,
 )
+from contextfold.context_editing import clear_tool_uses
 from contextfold.summaries.digest import digest_transcript
 from contextfold.summaries.summarizer import SUMMARY_METADATA_KEY, SUMMARY_REQUEST_MARKER
 from contextfold.tokens import ExactCounter, TokenCounter
@@ -139,6 +154,16 @@ class RequestRecord:
     rejected: bool = False
     sequence: SequenceCheck | None = None  # what strict_sequence checked (None when off)
     purpose: str = "chat"  # "summary" for a summary request (see the module docstring)
+    # Tokens the request shares with the previous one from the start (what an automatic
+    # prefix cache reads), whichever rule billed it.
+    prefix_tokens: int = 0
+    cache_rule: str = "automatic"  # "breakpoints" when the request carried cache_control marks
+    cleared_tool_uses: int = 0  # tool results server-side context editing cleared
+
+    @property
+    def fresh_tokens(self) -> int:
+        """Input neither read from nor written to the cache."""
+        return self.input_tokens - self.cache_read_tokens
 
     @property
     def request_tokens(self) -> int:
@@ -160,17 +185,10 @@ def window_exceeded_error(
         status_code=400,
         retryable=False,
     )
+    # The figures ride on the instance: the kernel's class has no fields for them.
     error.limit = limit  # type: ignore[attr-defined]
     error.requested = requested  # type: ignore[attr-defined]
     return error
-
-
-@dataclass
-class _CachePrefix:
-    """The previous request, as the provider's prompt cache remembers it."""
-
-    tools_key: str | None = None
-    message_keys: list[str] = field(default_factory=list)
 
 
 class ScriptedProvider:
@@ -192,8 +210,9 @@ class ScriptedProvider:
         self.count_calls = 0  # count_request calls made (the measured path's cost)
         self._cursor = 0
         self._call_serial = 0
-        self._cache = _CachePrefix()
-        self._summary_cache = _CachePrefix()
+        self._cache = PrefixCache()
+        self._summary_cache = PrefixCache()
+        self._breakpoints = BreakpointCache(self.config.cache_min_tokens)
         self.emitted: list[EmittedReply] = []
         self._checker = SequenceChecker(
             check_thinking=self.config.reply_shape == "anthropic-thinking"
@@ -249,6 +268,7 @@ class ScriptedProvider:
             raise RuntimeError("provider-scripted: request counting is off (count_requests)")
         self.count_calls += 1
         messages, tools = _payload(request)
+        messages, _marks, _cleared = self._prepared(messages, tools)
         total = self._scaled(self._raw_size(messages, tools)[0])
         return {
             "estimated_input_tokens": total,
@@ -259,6 +279,22 @@ class ScriptedProvider:
                 "input_tokens": total,
             },
         }
+
+    def _prepared(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[int], int]:
+        """A chat request's messages as the provider bills them, the positions of its
+        ``cache_control`` marks, and the tool uses server-side editing cleared: the marks
+        are read and taken off (never billed), then ``context_editing`` applies."""
+        marks = cache_marks_of(messages)
+        if marks:
+            messages = [unmarked(message) for message in messages]
+        edit = self.config.context_editing
+        if edit is None:
+            return messages, marks, 0
+        overhead = self.counter.count_tools(tools) if tools else 0
+        edited = clear_tool_uses(messages, edit, self.counter.count_message, overhead)
+        return [dict(m) for m in edited.messages], marks, edited.cleared_uses
 
     def _raw_size(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
@@ -281,6 +317,7 @@ class ScriptedProvider:
                 "tool_count": len(tools),
             },
         )
+        messages, marks, cleared = self._prepared(messages, tools)
         raw, message_costs, tools_cost = self._raw_size(messages, tools)
         total = self._scaled(raw)
         window = self.config.window_for(request.max_output_tokens)
@@ -302,16 +339,24 @@ class ScriptedProvider:
                 model=self.config.model,
             )
 
-        prefix_raw = self._cached_prefix_tokens(tools, tools_cost, messages, message_costs)
-        cache_read = self._scaled(prefix_raw)
-        cache_write = total - cache_read
+        tools_key = canonical({"tools": tools})
+        keys = [canonical(m) for m in messages]
+        prefix = self._scaled(self._cache.shared(tools_key, tools_cost, keys, message_costs))
+        if marks:
+            blocks = [block_count(m) for m in messages]
+            bill = self._breakpoints.bill(tools_key, tools_cost, keys, message_costs, blocks, marks)
+            cache_read = self._scaled(bill.read)
+            cache_write = min(self._scaled(bill.read + bill.write), total) - cache_read
+        else:
+            cache_read, cache_write = prefix, total - prefix
+        input_tokens = total - cache_write  # gross input: cache reads and fresh input
         step = self._next_step()
         content, calls, thinking = self._reply(step)
         output = self._scaled(self._output_cost(step, thinking))
         self.records.append(
             RequestRecord(
                 index=index,
-                input_tokens=cache_read,
+                input_tokens=input_tokens,
                 cache_read_tokens=cache_read,
                 cache_write_tokens=cache_write,
                 output_tokens=output,
@@ -319,14 +364,17 @@ class ScriptedProvider:
                 window=window,
                 overflowed=total > window,
                 sequence=sequence,
+                prefix_tokens=prefix,
+                cache_rule="breakpoints" if marks else "automatic",
+                cleared_tool_uses=cleared,
             )
         )
         usage = {
-            "input_tokens": cache_read,
+            "input_tokens": input_tokens,
             "output_tokens": output,
             "cache_read_tokens": cache_read,
             "cache_write_tokens": cache_write,
-            "total_tokens": cache_read + cache_write + output,
+            "total_tokens": input_tokens + cache_write + output,
         }
         await self._emit(
             "llm:response",
@@ -335,7 +383,7 @@ class ScriptedProvider:
         return ChatResponse(
             content=content,
             tool_calls=calls or None,
-            usage=Usage(**usage),
+            usage=Usage.model_validate(usage),
             finish_reason="tool_use" if calls else "end_turn",
             metadata={"model": self.config.model, "script_step": self._cursor - 1},
         )
@@ -367,11 +415,9 @@ class ScriptedProvider:
             )
         # The summary prompt is a prefix of its own: measure it against the previous summary
         # request, leaving the conversation's cache lane as it was.
-        conversation_cache, self._cache = self._cache, self._summary_cache
-        try:
-            cache_read = self._scaled(self._cached_prefix_tokens([], 0, messages, message_costs))
-        finally:
-            self._summary_cache, self._cache = self._cache, conversation_cache
+        keys = [canonical(m) for m in messages]
+        shared = self._summary_cache.shared(canonical({"tools": []}), 0, keys, message_costs)
+        cache_read = self._scaled(shared)
         limit = min(request.max_output_tokens or self.config.max_output_tokens,
                     self.config.max_output_tokens)  # fmt: skip
         transcript = "\n".join(text_content(m) for m in messages if m.get("role") == "user")
@@ -388,6 +434,7 @@ class ScriptedProvider:
                 window=self.config.window,
                 overflowed=total > self.config.window,
                 purpose="summary",
+                prefix_tokens=cache_read,
             )
         )
         usage = {
@@ -404,7 +451,7 @@ class ScriptedProvider:
         )  # fmt: skip
         return ChatResponse(
             content=[TextBlock(text=answer)] if answer else [],
-            usage=Usage(**usage),
+            usage=Usage.model_validate(usage),
             finish_reason="end_turn",
             metadata={"model": self.config.model, **purpose},
         )
@@ -413,31 +460,6 @@ class ScriptedProvider:
 
     def _scaled(self, raw: int) -> int:
         return round(raw * self.config.usage_ratio)
-
-    def _cached_prefix_tokens(
-        self,
-        tools: list[dict[str, Any]],
-        tools_cost: int,
-        messages: list[dict[str, Any]],
-        message_costs: list[int],
-    ) -> int:
-        """Tokens of the prefix shared with the previous request; then remember this one.
-
-        Tool schemas come first in a real prompt, so a change there invalidates everything.
-        """
-        tools_key = canonical({"tools": tools})
-        keys = [canonical(m) for m in messages]
-        shared = 0
-        if tools_key == self._cache.tools_key:
-            shared = tools_cost
-            for key, previous, cost in zip(
-                keys, self._cache.message_keys, message_costs, strict=False
-            ):
-                if key != previous:
-                    break
-                shared += cost
-        self._cache = _CachePrefix(tools_key=tools_key, message_keys=keys)
-        return shared
 
     def _next_step(self) -> ScriptStep:
         if self._cursor < len(self.config.script):

@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from contextfold.context_editing import ClearToolUses
+
 EXHAUSTED_TEXT = "The script has no more steps, so this is where the scripted session ends."
 
 _KNOWN_KEYS = frozenset(
@@ -21,6 +23,8 @@ _KNOWN_KEYS = frozenset(
         "call_ids",
         "strict_sequence",
         "count_requests",
+        "cache_min_tokens",
+        "context_editing",
     }
 )
 REPLY_SHAPES = ("plain", "anthropic-thinking")
@@ -50,6 +54,12 @@ class ScriptedConfig:
     call_ids: str = "unique"
     strict_sequence: bool = False
     count_requests: bool = True
+    # The shortest prefix a breakpoint caches (requests with cache_control marks): 1,024
+    # tokens, Anthropic's minimum for Sonnet and Opus 4.x.
+    cache_min_tokens: int = 1_024
+    # Server-side context editing applied to every chat request before it is measured
+    # (``{"type": "clear_tool_uses", ...}``; the trigger scales to the context window).
+    context_editing: ClearToolUses | None = None
 
     def window_for(self, max_output_tokens: int | None) -> int:
         """The input allowance of a request asking for ``max_output_tokens`` of output (at
@@ -106,6 +116,11 @@ class ScriptedConfig:
             raise ValueError(
                 f"provider-scripted: 'model' must be a non-empty string, got {model!r}"
             )
+        cache_min = config.get("cache_min_tokens", cls.cache_min_tokens)
+        if isinstance(cache_min, bool) or not isinstance(cache_min, int) or cache_min < 0:
+            raise ValueError(
+                f"provider-scripted: 'cache_min_tokens' must be an integer >= 0, got {cache_min!r}"
+            )
         return cls(
             script=parse_script(config.get("script", [])),
             model=model,
@@ -117,7 +132,36 @@ class ScriptedConfig:
             call_ids=call_ids,
             strict_sequence=strict,
             count_requests=count_requests,
+            cache_min_tokens=cache_min,
+            context_editing=_context_editing(config.get("context_editing"), context_window),
         )
+
+
+def _context_editing(spec: Any, context_window: int) -> ClearToolUses | None:
+    """``context_editing``: None, or ``{"type": "clear_tool_uses"}`` with any of its
+    settings (trigger, keep, clear_at_least, exclude_tools, clear_tool_inputs); the
+    trigger left out is Anthropic's default scaled to the context window."""
+    if spec is None:
+        return None
+    where = "provider-scripted: 'context_editing'"
+    if not isinstance(spec, Mapping) or spec.get("type") != "clear_tool_uses":
+        raise ValueError(
+            f'{where} must be null or an object with "type": "clear_tool_uses", got {spec!r:.200}'
+        )
+    settings = {key: value for key, value in spec.items() if key != "type"}
+    known = {"trigger", "keep", "clear_at_least", "exclude_tools", "clear_tool_inputs"}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise ValueError(f"{where} has unknown keys {unknown}; known: {sorted(known)}")
+    exclude = settings.get("exclude_tools", ())
+    if not isinstance(exclude, list | tuple) or not all(isinstance(n, str) for n in exclude):
+        raise ValueError(f"{where}.exclude_tools must be a list of tool names")
+    if not isinstance(settings.get("clear_tool_inputs", False), bool):
+        raise ValueError(f"{where}.clear_tool_inputs must be true or false")
+    try:
+        return ClearToolUses.scaled_to(context_window, **settings)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{where}: {error}") from None
 
 
 def parse_script(script: Any) -> tuple[ScriptStep, ...]:

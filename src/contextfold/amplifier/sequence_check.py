@@ -54,7 +54,9 @@ def _calls_of(message: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     for call in message.get("tool_calls") or []:
         if not isinstance(call, Mapping):
             continue
-        function = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+        function = call.get("function")
+        if not isinstance(function, Mapping):
+            function = {}
         name = call.get("tool") or call.get("name") or function.get("name") or ""
         arguments = call.get("arguments", function.get("arguments", {}))
         if isinstance(arguments, str):

@@ -54,7 +54,8 @@ Every run is a whole AmplifierSession (orchestrator loop-fold, context context-f
 offline provider-scripted model, which also writes the summaries, and the tool-doc-lookup
 tool); nothing touches the network. The folder named at the end holds requests.png (request
 size per step against the window and the compaction trigger) and demo.json (every number,
-plus each run's mount plan)."""
+plus each run's mount plan). Costs are list prices in USD (docs/pricing.md): Anthropic's
+claude-sonnet-4-5 with a 5-minute cache, and OpenAI's gpt-5."""
 
 _REPLAY_EPILOG = """\
 formats (detected from the content unless --format is given):
@@ -111,12 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser(
         "demo",
-        help="run a long agent task offline without compaction, with context-fold and with "
-        "the summarize ladder",
+        help="run a long agent task offline without compaction, with context-fold, with "
+        "the summarize ladder and with the provider's clear_tool_uses, and price each run",
         description=(
             "Run a long tool-using agent task in a deliberately small window without\n"
-            "compaction, with context-fold and with the summarize ladder, and print the runs\n"
-            "side by side."
+            "compaction, with context-fold, with the summarize ladder and with Anthropic's\n"
+            "server-side clear_tool_uses, and print the runs side by side with what each\n"
+            "cost at Anthropic's and at OpenAI's prices."
         ),
         epilog=_DEMO_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -158,6 +160,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="mount N extra tools whose schemas ride on every request, and compare the "
         "message-only budget with the measured request (the provider counts the whole "
         "request) instead of no compaction with context-fold (default 0)",
+    )
+    demo.add_argument(
+        "--cache-breakpoints",
+        action="store_true",
+        help="every run's context marks Anthropic cache_control breakpoints on its views "
+        "(config cache_breakpoints: anthropic); the provider then bills its cache by "
+        "Anthropic's breakpoint rules",
     )
     demo.add_argument(
         "--store",

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from amplifier_core.llm_errors import ContextLengthError
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from contextfold.amplifier.doc_tool import MIN_RESULT_CHARS
@@ -49,11 +49,13 @@ from contextfold.cli.report import (
 )
 from contextfold.config import ContextConfig
 from contextfold.errors import ConfigError
+from contextfold.prices import PROVIDER_LABELS, REFERENCE_PRICING
 
 UNMANAGED_COLOR = "#7b1fa2"
 MANAGED_COLOR = "#1565c0"
 SUMMARIZE_COLOR = "#2e7d32"
-DEMO_WIDTH = 110  # columns of the demo's printout when stdout is not a terminal
+SERVER_EDITING_COLOR = "#ef6c00"
+DEMO_WIDTH = 140  # columns of the demo's printout when stdout is not a terminal
 # A replay this long shows a progress bar (on a terminal, without --quiet); shorter ones end
 # before a bar would be worth drawing.
 PROGRESS_MIN_MESSAGES = 5_000
@@ -74,6 +76,7 @@ def run_demo_command(args: argparse.Namespace) -> int:
         result_chars=args.result_chars,
         store=args.store,
         tools=args.tools,
+        cache_breakpoints=args.cache_breakpoints,
     )
     try:
         check_output_option(args.out)
@@ -82,7 +85,7 @@ def run_demo_command(args: argparse.Namespace) -> int:
     except InputError as error:
         return fail(str(error))
 
-    # Three runs side by side need about 106 columns; a terminal's own width is kept.
+    # Four runs side by side need about 125 columns; a terminal's own width is kept.
     console = Console(highlight=False, width=None if sys.stdout.isatty() else DEMO_WIDTH)
     labels = {spec.key: spec.label for spec in demo_runs(settings)}
     try:
@@ -106,6 +109,8 @@ def run_demo_command(args: argparse.Namespace) -> int:
     with stdout_guarded():
         console.print(demo_table(result))
         console.print(_demo_verdict(result))
+        for note in result.notes:
+            console.print(note)
         _print_outputs(console, json_path, chart_path, folder)
     return EXIT_OK
 
@@ -154,7 +159,9 @@ def _demo_chart(result: DemoResult, path: Path) -> Path:
     series = [
         Series(unmanaged.label, [p.tokens for p in unmanaged.points], UNMANAGED_COLOR, dashed=True)
     ]
-    for run, color in zip(result.runs[1:], (MANAGED_COLOR, SUMMARIZE_COLOR), strict=False):
+    colors = {"summarize": SUMMARIZE_COLOR, "clear_tool_uses": SERVER_EDITING_COLOR}
+    for run in result.runs[1:]:
+        color = colors.get(run.key, MANAGED_COLOR)
         series.append(
             Series(
                 run.label,
@@ -208,9 +215,36 @@ def _demo_verdict(result: DemoResult) -> str:
         f"and the history still holds all {managed.history_messages} messages."
     )
     summarized = result.summarized
-    if summarized is None:
-        return verdict
-    return verdict + "\n" + _summarize_verdict(summarized, unmanaged)
+    if summarized is not None:
+        verdict += "\n" + _summarize_verdict(summarized, unmanaged)
+    edited = result.server_edited
+    if edited is not None:
+        verdict += "\n" + _server_editing_verdict(edited)
+    return verdict + "\n" + _cost_verdict(result)
+
+
+def _server_editing_verdict(run: RunSummary) -> str:
+    cleared = max((p.cleared_tool_uses for p in run.points), default=0)
+    fits = run.largest_request <= run.input_limit
+    return (
+        f"With the provider's clear_tool_uses (the whole history sent, old tool results "
+        f"cleared by the server) the largest request was {run.largest_request:,} "
+        f"({'inside' if fits else 'OVER'} the limit), up to {cleared} tool results cleared "
+        f"per request, {run.refused} refused."
+    )
+
+
+def _cost_verdict(result: DemoResult) -> str:
+    """Which run was cheapest at each pricing, and how the others compare with it."""
+    parts = []
+    for name in REFERENCE_PRICING:
+        priced = sorted((run.costs.get(name, 0.0), run.label) for run in result.runs)
+        cheapest, label = priced[0]
+        parts.append(
+            f"at {PROVIDER_LABELS[name]}'s prices the cheapest run was {label} (${cheapest:.4f})"
+        )
+    breakpoints = " (cache_control breakpoints marked)" if result.settings.cache_breakpoints else ""
+    return "Cost" + breakpoints + ": " + "; ".join(parts) + "."
 
 
 def _summarize_verdict(run: RunSummary, unmanaged: RunSummary) -> str:
@@ -290,7 +324,7 @@ def _replay_command(args: argparse.Namespace) -> int:
         )
         json_path = write_json(folder / "replay.json", data)
         del data
-        printout = [replay_heading(result, replayed, file_format)]
+        printout: list[RenderableType] = [replay_heading(result, replayed, file_format)]
         if not args.quiet:
             printout.append(replay_rows_table(result))
         printout.append(replay_totals_table(result))

@@ -8,6 +8,11 @@ the ``tool-doc-lookup`` tool. They differ in the context's config only (`RunSpec
   its window (``enforce_window: false``) so the size they would have had can be measured;
 - *with context-fold*: default settings and a provider that refuses an oversized request
   exactly like a real one does;
+- *server-side clear_tool_uses*: what the provider offers instead: the context sends the whole
+  history (``compaction_enabled: false``) and ``provider-scripted`` applies Anthropic's
+  ``clear_tool_uses`` at its documented defaults (trigger 100,000 tokens scaled to the
+  window, keep 3 tool uses) to every request before it measures, caches and enforces its
+  window on it, as the server does (`contextfold.context_editing`);
 - *summarize ladder*: the ladder with the ``summarize`` rung (`SUMMARIZE_LADDER`, the rung's
   settings left at their defaults), compacting late and deep for the prompt cache
   (`CACHE_FRIENDLY_SETTINGS`), and the session's ``provider-scripted`` as summarizer (it
@@ -15,6 +20,11 @@ the ``tool-doc-lookup`` tool. They differ in the context's config only (`RunSpec
   any request). After the task every tool result is recalled by its id
   (``context.recall``, what ``tool-context-recall`` returns to a model) and compared with
   what the tool returned.
+
+Every run's cost is computed twice from the provider's records (`run_costs`): with
+Anthropic's prices and a five-minute cache, and with OpenAI's (`contextfold.costing`; a
+request carrying ``cache_control`` marks, ``--cache-breakpoints``, is priced for Anthropic
+as the provider billed it by the breakpoint rules).
 
 Everything reported is measured, not predicted: request sizes, prompt-cache reads and overflow
 come from the provider's own records (chat and summary requests apart), compactions from the
@@ -26,14 +36,16 @@ come from the provider's own records (chat and summary requests apart), compacti
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from amplifier_core import AmplifierSession
 from amplifier_core.llm_errors import ContextLengthError
 from amplifier_core.models import HookResult, ToolResult
 
+from contextfold.costing import PricedRequest, billed_cost, request_cost
 from contextfold.events import COMPACTION, REPORT, SUMMARY
+from contextfold.prices import REFERENCE_PRICING, Prices, reference_prices
 from contextfold.recall import recall_id
 
 DEFAULT_WINDOW = 16_000
@@ -99,6 +111,8 @@ class DemoSettings:
     # request, tool schemas included) instead of no compaction with context-fold.
     tools: int = 0
     summarize: bool = True  # a third run with the summarize ladder (not with tools)
+    server_editing: bool = True  # a run with the provider's clear_tool_uses (not with tools)
+    cache_breakpoints: bool = False  # every context marks Anthropic cache breakpoints
 
 
 @dataclass(frozen=True)
@@ -109,6 +123,7 @@ class RunSpec:
     label: str
     context_config: Mapping[str, Any]
     managed: bool = True  # the provider refuses an oversized request, as a real one does
+    provider_config: Mapping[str, Any] = field(default_factory=dict)  # beside the demo's own
 
     @property
     def summarizes(self) -> bool:
@@ -149,6 +164,20 @@ def demo_runs(settings: DemoSettings) -> tuple[RunSpec, ...]:
         runs.append(
             RunSpec("summarize", "summarize ladder", summarize_config(**CACHE_FRIENDLY_SETTINGS))
         )
+    if settings.server_editing and not settings.tools:
+        runs.append(
+            RunSpec(
+                "clear_tool_uses",
+                "server clear_tool_uses",
+                {"report_events": "every_request", "compaction_enabled": False},
+                provider_config={"context_editing": {"type": "clear_tool_uses"}},
+            )
+        )
+    if settings.cache_breakpoints:
+        runs = [
+            replace(run, context_config={**run.context_config, "cache_breakpoints": "anthropic"})
+            for run in runs
+        ]
     return tuple(runs)
 
 
@@ -169,6 +198,13 @@ class RequestPoint:
     overflowed: bool  # over the provider's input limit
     rejected: bool  # refused by the provider (only when it enforces its window)
     compacted: bool  # context-fold compacted the view it handed to this request
+    output_tokens: int = 0
+    prefix_tokens: int = 0  # shared with the previous served request from the start
+    cache_write_tokens: int = 0  # as the provider billed it
+    breakpoints: bool = False  # billed by Anthropic's breakpoint rules (cache_control marks)
+    cleared_tool_uses: int = 0  # tool results the provider's context editing cleared
+    cost_anthropic_usd: float = 0.0  # this request, with `REFERENCE_PRICING`'s prices
+    cost_openai_usd: float = 0.0
 
 
 @dataclass
@@ -202,6 +238,9 @@ class RunSummary:
     summary_event_calls: int = 0  # the calls the context:summary events report
     recall_checked: int = 0  # tool results recalled by id after the run (summarize run)
     recall_identical: int = 0  # ... and returned byte-identical to what the tool returned
+    # USD of the whole run (chat and summary requests, input and output) per pricing name.
+    costs: dict[str, float] = field(default_factory=dict)
+    summary_costs: dict[str, float] = field(default_factory=dict)  # the summary requests'
 
     @property
     def requests(self) -> int:
@@ -288,6 +327,10 @@ class DemoResult:
     def summarized(self) -> RunSummary | None:
         return self.run("summarize")
 
+    @property
+    def server_edited(self) -> RunSummary | None:
+        return self.run("clear_tool_uses")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "settings": asdict(self.settings),
@@ -296,6 +339,52 @@ class DemoResult:
 
     def mount_plans(self) -> dict[str, Any]:
         return {spec.key: mount_plan(self.settings, spec=spec) for spec in self.specs}
+
+
+def run_costs(
+    chat: Sequence[Any], summaries: Sequence[Any] = ()
+) -> tuple[list[dict[str, float]], dict[str, float], dict[str, float]]:
+    """What a run cost under each reference pricing, from the provider's records: per chat
+    request, the run's total (chat and summary requests, input and output), and the summary
+    requests' share. A refused request is not billed and leaves the cache as it was; the
+    summary requests are their own cache lane, as the provider keeps them."""
+    pricings = dict(zip(REFERENCE_PRICING, reference_prices(), strict=True))
+    per_request: list[dict[str, float]] = [{} for _ in chat]
+    totals = {name: 0.0 for name in pricings}
+    summary_totals = {name: 0.0 for name in pricings}
+    for name, prices in pricings.items():
+        for position, cost in _lane_costs(prices, chat):
+            per_request[position][name] = cost
+            totals[name] += cost
+        for _, cost in _lane_costs(prices, summaries):
+            summary_totals[name] += cost
+        totals[name] += summary_totals[name]
+    return per_request, totals, summary_totals
+
+
+def _lane_costs(prices: Prices, records: Sequence[Any]) -> list[tuple[int, float]]:
+    costs: list[tuple[int, float]] = []
+    previous: PricedRequest | None = None
+    for position, record in enumerate(records):
+        if record.rejected:
+            continue
+        if record.cache_rule == "breakpoints" and prices.caching == "explicit":
+            # Billed by the breakpoint rules: the provider's own reads and writes stand.
+            cost = billed_cost(
+                prices,
+                fresh=record.request_tokens - record.cache_read_tokens - record.cache_write_tokens,
+                cache_read=record.cache_read_tokens,
+                cache_write=record.cache_write_tokens,
+                output=record.output_tokens,
+            )
+        else:
+            priced = PricedRequest(
+                record.request_tokens, record.prefix_tokens, record.output_tokens
+            )
+            cost = request_cost(prices, priced, previous).usd
+        previous = PricedRequest(record.request_tokens, record.prefix_tokens)
+        costs.append((position, cost))
+    return costs
 
 
 def _context_config(settings: DemoSettings, *, managed: bool) -> dict[str, Any]:
@@ -343,7 +432,8 @@ def mount_plan(
                     # its limit in both; only the measured run has it count requests.
                     "enforce_window": managed or settings.tools > 0,
                 }
-                | ({"count_requests": managed} if settings.tools else {}),
+                | ({"count_requests": managed} if settings.tools else {})
+                | dict(spec.provider_config),
             }
         ],
         "tools": [{"module": "tool-doc-lookup", "config": {"result_chars": settings.result_chars}}]
@@ -446,6 +536,7 @@ async def run_session(
     chat = [r for r in provider.records if r.purpose == "chat"]
     summaries = [r for r in provider.records if r.purpose == "summary" and not r.rejected]
     served = [r for r in chat if not r.rejected]
+    per_request, costs, summary_costs = run_costs(chat, summaries)
     points = [
         RequestPoint(
             request=i + 1,
@@ -455,6 +546,13 @@ async def run_session(
             overflowed=record.overflowed,
             rejected=record.rejected,
             compacted=compacted_flags[i] if i < len(compacted_flags) else False,
+            output_tokens=record.output_tokens,
+            prefix_tokens=record.prefix_tokens,
+            cache_write_tokens=record.cache_write_tokens,
+            breakpoints=record.cache_rule == "breakpoints",
+            cleared_tool_uses=record.cleared_tool_uses,
+            cost_anthropic_usd=round(per_request[i].get("anthropic", 0.0), 8),
+            cost_openai_usd=round(per_request[i].get("openai", 0.0), 8),
         )
         for i, record in enumerate(chat)
     ]
@@ -491,6 +589,8 @@ async def run_session(
         summary_event_calls=sum(int(e.get("calls", 0)) for e in summary_events),
         recall_checked=recalled[0],
         recall_identical=recalled[1],
+        costs={name: round(usd, 6) for name, usd in costs.items()},
+        summary_costs={name: round(usd, 6) for name, usd in summary_costs.items()},
     )
 
 
@@ -571,5 +671,22 @@ async def run_demo(
         return lambda: on_request(key)
 
     specs = demo_runs(settings)
-    runs = [await run_session(settings, spec, on_request=progress(spec.key)) for spec in specs]
-    return DemoResult(settings=settings, runs=runs, specs=specs)
+    runs: list[RunSummary] = []
+    notes: list[str] = []
+    for spec in specs:
+        try:
+            runs.append(await run_session(settings, spec, on_request=progress(spec.key)))
+        except DemoDoesNotFit as error:
+            if spec.key != "clear_tool_uses":
+                raise
+            # The provider's own feature not fitting the window is a finding, not a failure
+            # of the demo: said beside the table, without the column.
+            first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            notes.append(f"{spec.label}: the task did not fit the window ({first})")
+    ran = {run.key for run in runs}
+    return DemoResult(
+        settings=settings,
+        runs=runs,
+        specs=tuple(spec for spec in specs if spec.key in ran),
+        notes=notes,
+    )

@@ -46,6 +46,8 @@ from contextfold.evaluation.export import report_dict
 
 FILES_CORPUS = "files"
 BFCL_INSTALL = "bfcl-eval is not installed (pip install --no-deps bfcl-eval mpmath)"
+# Columns of the printout when stdout is not a terminal: every measure on one line per policy.
+EVAL_WIDTH = 180
 
 
 def run_eval_command(args: argparse.Namespace) -> int:
@@ -80,7 +82,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
     except InputError as error:
         return fail(str(error))
 
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else EVAL_WIDTH)
     for window in settings.windows:
         console.print(eval_table(report, window))
     for line in [*summary_lines(report), *notes]:

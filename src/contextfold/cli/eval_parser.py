@@ -11,7 +11,14 @@ DEFAULT_WINDOWS = (4_000, 8_000, 16_000)
 DEFAULT_SESSIONS = 8
 DEFAULT_NEAR_TURNS = 10
 DEFAULT_BFCL_CHAIN = 5
-BUILTIN_POLICY_NAMES = ("naive", "masking", "context-simple", "contextfold", "summarize")
+BUILTIN_POLICY_NAMES = (
+    "naive",
+    "masking",
+    "context-simple",
+    "clear-tool-uses",
+    "contextfold",
+    "summarize",
+)
 CORPORA = ("long-horizon", "bfcl")
 
 _EPILOG = """\

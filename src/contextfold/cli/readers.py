@@ -189,7 +189,8 @@ def _from_anthropic(document: Any, source: str) -> tuple[list[dict[str, Any]], l
 
 
 # json's own C scanner: what ``json.loads`` runs on a line, without its per-call wrapping.
-_scan_value = json.JSONDecoder().scan_once
+# (set by JSONDecoder.__init__, an attribute typeshed does not declare)
+_scan_value = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def _from_jsonl(text: str | list[str], source: str) -> tuple[list[dict[str, Any]], list[str]]:

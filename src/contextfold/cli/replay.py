@@ -5,6 +5,9 @@ orchestrator calls it: one request before each assistant message (the reply to w
 before) and one at the end (the next turn). Each request becomes a :class:`ReplayRow`: its size
 before and after compaction, the level and rungs applied, and how much of it repeats the
 previous request message for message (the part a provider's prompt cache could serve).
+Every request is then priced (:class:`PricedReplay`): its input at Anthropic's and at
+OpenAI's list prices (and at the config's ``prices`` when it names some), by
+``contextfold.costing``'s rules, beside what sending the whole history would have cost.
 
 :func:`replay_messages` is the reusable core (``bench/`` imports it); the CLI wraps it with
 file reading, a table, a chart and a JSON file.
@@ -17,14 +20,17 @@ import gc
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from operator import gt, itemgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from amplifier_core.models import ModelInfo, ProviderInfo
 
 from contextfold.config import ContextConfig
+from contextfold.costing import price_columns
 from contextfold.errors import ConfigError, MessageValidationError
 from contextfold.manager import ContextFold
+from contextfold.prices import REFERENCE_PRICING, Prices, reference_prices
 from contextfold.report import RequestReport
 
 # The output reserve a replayed "model" declares. The budget is the window less this whole
@@ -55,6 +61,8 @@ class ReplayRow:
     """
 
     __slots__ = ("_values",)
+    if TYPE_CHECKING:  # the fields' tuple, set in __init__ (not a field of its own)
+        _values: tuple[Any, ...]
 
     request: int  # 1-based
     history_messages: int  # messages admitted when this request was made
@@ -183,6 +191,36 @@ class ReplayTotals:
 
 
 @dataclass(frozen=True)
+class PricedReplay:
+    """A replay's input at one pricing: each request as sent, and in all beside the same
+    requests carrying the whole history (append-only, so each shares all of the previous)."""
+
+    name: str  # "anthropic", "openai", or "config" (the config's own ``prices``)
+    prices: Prices
+    requests: list[float]  # USD per request, as sent
+    sent_usd: float
+    history_usd: float
+    fresh_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+
+    @property
+    def key(self) -> str:
+        """The per-request field in the JSON rows."""
+        return f"cost_{self.name}_usd"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "prices": self.prices.to_dict(),
+            "sent_usd": round(self.sent_usd, 6),
+            "history_usd": round(self.history_usd, 6),
+            "fresh_tokens": self.fresh_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+        }
+
+
+@dataclass(frozen=True)
 class ReplayResult:
     """Rows and totals of a replay, plus the settings it ran with."""
 
@@ -191,14 +229,21 @@ class ReplayResult:
     window: int | None
     max_output_tokens: int
     config: dict[str, Any] = field(default_factory=dict)
+    costs: tuple[PricedReplay, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
+        rows = [_row_dict(row) for row in self.rows]
+        for priced in self.costs:
+            key = priced.key
+            for data, usd in zip(rows, priced.requests, strict=True):
+                data[key] = round(usd, 8)
         return {
             "window": self.window,
             "max_output_tokens": self.max_output_tokens,
             "config": dict(self.config),
             "totals": asdict(self.totals),
-            "rows": [_row_dict(row) for row in self.rows],
+            "costs": {priced.name: priced.to_dict() for priced in self.costs},
+            "rows": rows,
         }
 
 
@@ -377,7 +422,69 @@ async def replay_messages_async(
         window=window,
         max_output_tokens=max_output_tokens,
         config=settings,
+        costs=replay_costs(rows, messages, context.config.prices),
     )
+
+
+def replay_costs(
+    rows: Sequence[ReplayRow],
+    messages: Sequence[Mapping[str, Any]],
+    configured: Prices | None = None,
+) -> tuple[PricedReplay, ...]:
+    """Each request's input priced at the reference pricings (and ``configured``), the
+    request's time read from the last message before it (``metadata.timestamp``, when the
+    conversation has them: a gap beyond the cache's lifetime finds it cold)."""
+    if not rows:
+        return ()
+    sent, prefix, history, admitted = _row_columns(
+        rows, "tokens_after", "prefix_tokens", "history_tokens", "history_messages"
+    )
+    # An unmanaged request is the whole history, which repeats all of the previous one.
+    history_prefix = [0, *history[:-1]]
+    times = _request_times(messages, admitted)
+    pricings = list(zip(REFERENCE_PRICING, reference_prices(), strict=True))
+    if configured is not None:
+        pricings.append(("config", configured))
+    priced = []
+    for name, prices in pricings:
+        columns = price_columns(prices, sent, prefix, times)
+        unmanaged = price_columns(prices, history, history_prefix, times)
+        priced.append(
+            PricedReplay(
+                name=name,
+                prices=prices,
+                requests=columns.usd,
+                sent_usd=columns.total_usd,
+                history_usd=unmanaged.total_usd,
+                fresh_tokens=columns.fresh_tokens,
+                cache_read_tokens=columns.cache_read_tokens,
+                cache_write_tokens=columns.cache_write_tokens,
+            )
+        )
+    return tuple(priced)
+
+
+def _request_times(
+    messages: Sequence[Mapping[str, Any]], admitted: Sequence[int]
+) -> list[float | None] | None:
+    """Seconds (POSIX time) of each request: its last message's timestamp; None when the
+    conversation carries no timestamps at all (every request then counts as in time)."""
+    times = [_timestamp(messages[count - 1]) if count > 0 else None for count in admitted]
+    return times if any(moment is not None for moment in times) else None
+
+
+def _timestamp(message: Any) -> float | None:
+    metadata = message.get("metadata") if isinstance(message, Mapping) else None
+    stamp = metadata.get("timestamp") if isinstance(metadata, Mapping) else None
+    if not isinstance(stamp, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
 
 
 async def _replay_all(
@@ -525,7 +632,7 @@ class _PrefixTracker:
 
     def __init__(self, count: Callable[[Mapping[str, Any]], int]) -> None:
         self._count = count
-        self._previous: list[Mapping[str, Any]] = []
+        self._previous: list[dict[str, Any]] = []
         self._length = 0  # how long the previous view was when it was delivered
         self._cumulative: list[int] = [0]
 
@@ -594,7 +701,9 @@ class _PrefixTracker:
 _MAX_SEARCHES = 16
 
 
-def _find(messages: list[Mapping[str, Any]], message: Mapping[str, Any], start: int) -> int | None:
+def _find(
+    messages: Sequence[Mapping[str, Any]], message: Mapping[str, Any], start: int
+) -> int | None:
     """Where ``message`` next occurs in ``messages`` from ``start`` (a C-level search)."""
     try:
         return messages.index(message, start)
@@ -730,11 +839,13 @@ __all__ = [
     "PROGRESS_EVERY",
     "ConfigError",
     "IngressClips",
+    "PricedReplay",
     "ReplayError",
     "ReplayModel",
     "ReplayResult",
     "ReplayRow",
     "ReplayTotals",
+    "replay_costs",
     "replay_messages",
     "replay_messages_async",
 ]

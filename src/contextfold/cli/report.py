@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
 from itertools import compress
 from math import isfinite
 from operator import itemgetter
@@ -15,6 +16,7 @@ from rich import box
 from rich.table import Table
 
 from contextfold.cli.files import check_output_option, make_output_folder, write_output_parts
+from contextfold.prices import REFERENCE_PRICING, reference_prices
 
 if TYPE_CHECKING:
     from contextfold.cli.demo import DemoResult, RunSummary
@@ -79,7 +81,8 @@ def _line_encoder() -> Callable[[Any], str]:
     """``json.dumps(value, ensure_ascii=False)``, without building an encoder per call: the
     C encoder ``json.dumps`` itself uses, made once (one per file, so its cycle check starts
     clean) with the very settings ``json.dumps`` passes it."""
-    make = json.encoder.c_make_encoder
+    # (json's C encoder, or None without the accelerator: a name typeshed does not declare)
+    make = json.encoder.c_make_encoder  # type: ignore[attr-defined]
     if make is None:  # no C accelerator: json.dumps is the same thing, only slower
         return lambda value: json.dumps(value, ensure_ascii=False)
     defaults = json.JSONEncoder(ensure_ascii=False)
@@ -259,12 +262,23 @@ def demo_table(result: DemoResult) -> Table:
     if summarizes:
         row("  to the summarizer", _summarizer)
         row("recalled byte-identical", _recall)
+    # What each run cost, at list prices (docs/pricing.md): Anthropic's, then OpenAI's.
+    for name, prices in zip(REFERENCE_PRICING, reference_prices(), strict=True):
+        row(f"cost ({prices.name})", partial(_cost, baseline=unmanaged, pricing=name))
     row("full history kept", _history)
     row("request over the window", _overflow)
     if settings.tools:
         row("whole-request counts", lambda run: f"{run.count_calls:,}")
     row("task finished", lambda run: _yes(run.completed))
     return table
+
+
+def _cost(run: RunSummary, baseline: RunSummary, pricing: str) -> str:
+    usd = run.costs.get(pricing, 0.0)
+    base = baseline.costs.get(pricing, 0.0)
+    if run is baseline or not base:
+        return f"${usd:.4f}"
+    return f"${usd:.4f} ({(usd - base) / base:+.0%})"
 
 
 def _total(run: RunSummary, baseline: RunSummary) -> str:
@@ -381,6 +395,14 @@ def replay_totals_table(result: ReplayResult) -> Table:
             f"({_change(totals.tokens_sent_total, totals.history_tokens_total)})",
         ),
         ("prefix reused from previous request", _percent(totals.prefix_share)),
+        *(
+            (
+                f"input cost at {priced.prices.name}",
+                f"history {_dollars(priced.history_usd)}, sent {_dollars(priced.sent_usd)} "
+                f"({_change_float(priced.sent_usd, priced.history_usd)})",
+            )
+            for priced in result.costs
+        ),
         ("tool results clipped at admission", _ingress(totals)),
         ("requests over the budget", str(totals.over_budget_requests)),
         ("full history kept", _yes(totals.history_kept)),
@@ -405,6 +427,17 @@ def _ingress(totals: ReplayTotals) -> str:
 
 def _percent(share: float) -> str:
     return f"{share:.0%}"
+
+
+def _dollars(usd: float) -> str:
+    return f"${usd:,.2f}" if usd >= 1 else f"${usd:.4f}"
+
+
+def _change_float(new: float, old: float) -> str:
+    if not old:
+        return "n/a"
+    change = f"{(new - old) / old:+.0%}"
+    return "±0%" if change in {"+0%", "-0%"} else change
 
 
 def _change(new: int, old: int) -> str:

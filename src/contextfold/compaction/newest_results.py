@@ -88,7 +88,7 @@ def _with_offset(message: dict, index: int, head: int) -> dict:
             return {key: swap(item) for key, item in value.items()}
         return value
 
-    return swap(message)  # type: ignore[return-value]
+    return {key: swap(item) for key, item in message.items()}
 
 
 def _text_chars(message: dict) -> int:

@@ -15,10 +15,13 @@ from typing import Any
 
 from ..history import History
 from ..messages import NOTICE_SOURCE, Kind, well_formed_text
-from ..recall import recall_id
+from ..recall import RECALL_TOOL, recall_id
 from .working import FoldState
 
 LINE_CHARS = 160
+# The one line that tells the model it can search what left its view (`context_recall`).
+SEARCH_LINE = f'- {RECALL_TOOL}(query="...") searches what was left out.'
+
 CHARS_PER_TOKEN = 3  # conservative: digest lines are dense (names, ids, numbers)
 
 
@@ -75,6 +78,7 @@ def build_notice(
                 "message's id returns it whole)"
             )
         head.append(line + ".")
+    head.append(SEARCH_LINE)
     tail = ["</context-compaction>"]
     budget_chars = reserve_tokens * CHARS_PER_TOKEN - sum(len(line) + 1 for line in head + tail)
     if budget_chars > 0 and dropped_units:

@@ -18,6 +18,7 @@ from .notice import build_notice
 from .protection import Protection, compute_protection
 from .relaxation import Relaxation
 from .rungs import DEFAULT_LADDER, Rung, TruncateToolResults
+from .unitset import UnitSet
 from .working import FoldState, WorkingView
 
 
@@ -33,10 +34,11 @@ class PassResult:
     level: int = 0  # highest level of the rungs that changed something (see `Rung.level`)
     protection: Protection | None = None
     relaxation: Relaxation = Relaxation.NONE  # how far soft protection yielded
+    pins_yielded: bool = False  # pinned messages were in the view when pins yielded
 
     @property
     def relaxed(self) -> list[str]:
-        return self.relaxation.steps()
+        return self.relaxation.steps(pins=self.pins_yielded)
 
 
 def view_raw_total(history: History, state: FoldState) -> int:
@@ -120,14 +122,19 @@ def run_pass(
     if budget_raw is None:
         budget_raw = max(limit_raw, target_raw) + notice_reserve
     state = sticky.copy()
-    # Content the request must carry complete (a retained reminder) comes back into the
-    # view even if an earlier pass compacted it.
-    for index in retained:
+    # Content the request must carry complete (a retained reminder), and pinned messages
+    # (an earlier pass compacted them, or they yielded to the budget: they get another
+    # chance), come back into the view, whole, with their call group.
+    restored = False
+    for index in (*retained, *history.pins):
         if state.truncated.pop(index, None) is not None:
             state.stripped.discard(index)
             state.shortened.discard(index)
+            restored = True
         unit = history.entries[index].unit
-        state.restore_unit(unit, history.units[unit].entries)
+        if unit in state.removed_units:
+            state.restore_unit(unit, history.units[unit].entries)
+            restored = True
 
     relaxation = Relaxation.NONE
     uses = plan.values
@@ -153,7 +160,7 @@ def run_pass(
         counter=counter,
         raw_total=(
             sticky_raw
-            if sticky_raw is not None and not retained
+            if sticky_raw is not None and not restored
             else view_raw_total(history, state)
         ),
         truncate_chars=truncate_chars,
@@ -195,14 +202,24 @@ def run_pass(
         work.limit_raw = goal_raw
         level = max(level, _run_ladder(work, ladder, goal_raw, goal_raw, protect))
     # Still over the budget with every soft protection gone: the ledger gives way first (it
-    # must never cost a request), then the newest group's results are shortened in the
-    # view, as far as the budget needs, before the request is refused.
+    # must never cost a request).
     excess = work.raw_total + header_cost - budget_raw
     if excess > 0 and state.ledger.cost:
         _set_ledger(
             work,
             shrunk(state.ledger, history, state.ledger.cost - excess, notice_role, counter),
         )
+    # Pinned messages yield last, and only to the budget itself: the notice can go instead,
+    # so they give way only when the messages alone are over it, and only as far as it.
+    pins_yielded = False
+    if work.raw_total > budget_raw and history.pins:
+        pins_yielded = bool(work.kept_among(history.pins))
+        relaxation = Relaxation.PINS
+        work.protection = protect()
+        work.limit_raw = budget_raw
+        level = max(level, _run_ladder(work, ladder, budget_raw, budget_raw, protect))
+    # Still over the budget: the newest group's results are shortened in the view, as far
+    # as the budget needs, before the request is refused.
     if work.raw_total > budget_raw and shorten_newest_results(work, budget_raw):
         relaxation = Relaxation.NEWEST_RESULTS_SHORTENED
         level = max(level, TruncateToolResults.level)
@@ -239,6 +256,7 @@ def run_pass(
         level=level,
         protection=work.protection,
         relaxation=relaxation,
+        pins_yielded=pins_yielded,
     )
 
 
@@ -329,7 +347,7 @@ def notice_header_cost(
     """Cost of the smallest notice (its header): what a compacted view needs room for.
     The same for every history with a message (the header names no count and no turn),
     so a caller may keep it per counter and role."""
-    probe = FoldState(removed_units={0}) if history.units else FoldState()
+    probe = FoldState(removed_units=UnitSet((0,))) if history.units else FoldState()
     notice = build_notice(
         history, probe, truncate_chars=truncate_chars, reserve_tokens=0, role=role
     )
@@ -383,7 +401,11 @@ def assemble_view(
     ledger's pages and the notice placed before the first kept unit after the first
     compacted spot (never inside a tool-call group). Walks the view's units only."""
     anchor = first_affected_unit(history, state)
-    summary_at = state.summarized_units.first() if state.summary is not None else None
+    # The summary with the unit it goes before, and the notice: each until it is placed.
+    summary = None
+    if state.summary is not None:
+        summary_at = state.summarized_units.first()
+        summary = (summary_at, state.summary) if summary_at is not None else None
     view: list[dict[str, Any]] = []
     placed = notice is None and not state.ledger.pages
     entries = history.entries
@@ -391,9 +413,9 @@ def assemble_view(
     truncated = state.truncated
     pages = state.ledger.pages
     for unit_index in state.kept_units(len(units)):
-        if summary_at is not None and unit_index > summary_at:
-            view.append(state.summary)  # type: ignore[arg-type]
-            summary_at = None
+        if summary is not None and unit_index > summary[0]:
+            view.append(summary[1])
+            summary = None
         if not placed and unit_index >= anchor:
             # The ledger's pages, then the notice: the pages change only when one is added,
             # so the prefix up to the notice stays as it was between passes.
@@ -411,8 +433,8 @@ def assemble_view(
                 if message is not None:
                     view.append(message)
         view.extend(unit.synthetic)
-    if summary_at is not None:
-        view.append(state.summary)  # type: ignore[arg-type]
+    if summary is not None:
+        view.append(summary[1])
     if not placed:
         view.extend(pages)
         if notice is not None:

@@ -13,6 +13,8 @@ reply after it: its results are what the model asked for, and its signed thinkin
 back unmodified, Anthropic's rule for the turn whose tool results are sent) and the last
 unit. **Soft** protections keep recent context whole on the way to the *target*, and yield,
 in `RELAXATION_ORDER`, when the view cannot otherwise fit the *budget* (see `relaxation`).
+Pinned messages (`History.pins`) are soft too, the last of them to yield: only when the view
+without its notice still cannot fit the budget, before the required core gives anything.
 
 Thinking of earlier assistant turns is not protected: providers need only the newest turn's
 (Anthropic ignores earlier thinking and does not count it), so a rung may strip it, all of a
@@ -38,6 +40,7 @@ REASON_CURRENT_GROUP = "newest_call_group"
 REASON_CURRENT_TURN = "current_turn"
 REASON_RECENT = "recent"
 REASON_RECENT_RESULT = "recent_tool_result"
+REASON_PINNED = "pinned"
 
 REQUIRED_REASONS = frozenset(
     {
@@ -115,6 +118,9 @@ def compute_protection(
             protect(index, reason)
     for index in retained:
         protect(index, REASON_REMINDER)
+    pins = history.pins if relaxation.keeps_pins else ()
+    for i in [i for i in in_view if i in pins] if pins else ():
+        protect(i, REASON_PINNED)  # its unit (a call group: whole) stays with it
 
     unremovable: dict[int, str] = {}
     required_units = [(len(units) - 1, REASON_CURRENT_TURN)] if units else []
@@ -146,8 +152,8 @@ def compute_protection(
         if unit_index in unremovable:
             continue
         for i in units[unit_index].entries:
-            reason = untouchable.get(i)
-            if reason:
-                unremovable[unit_index] = reason
+            held = untouchable.get(i)
+            if held:
+                unremovable[unit_index] = held
                 break
     return Protection(untouchable, unremovable)

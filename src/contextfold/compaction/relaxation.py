@@ -12,11 +12,18 @@ planner relaxes one step at a time, in this order, and re-runs the ladder after 
 3. ``current_prompt_turns``: those results' turns, the older turns of the current prompt,
    may leave whole.
 
-Then the notice shrinks to its header, then goes (see `planner`). Only the required core
-(system messages, first and last human prompt, retained reminders, loaded-tool state, the
-newest call group and the last message) is never relaxed, with one exception:
+Then the notice shrinks to its header, then goes (see `planner`). Pinned messages
+(``metadata.pinned``, `ContextFold.pin`) come next, only when the view without a notice is
+still over the budget:
 
-4. ``newest_results_shortened``: when the view is still over the budget, the newest call
+4. ``pins``: pinned messages may be shortened, and their turns leave whole, oldest first, as
+   far as the budget needs; a pass that has room again brings them back.
+
+Only the required core (system messages, first and last human prompt, retained reminders,
+loaded-tool state, the newest call group and the last message) is never relaxed, with one
+exception:
+
+5. ``newest_results_shortened``: when the view is still over the budget, the newest call
    group's tool results are shortened in the view, head and tail with a recall marker (see
    `newest_results`); the group stays whole and paired.
 
@@ -35,8 +42,9 @@ class Relaxation(IntEnum):
     RECENT = 1
     RECENT_TOOL_RESULTS_SHORTENED = 2
     CURRENT_PROMPT_TURNS = 3
+    PINS = 4
     # Not a protection that yields (`protection` never reads it): the planner's last step.
-    NEWEST_RESULTS_SHORTENED = 4
+    NEWEST_RESULTS_SHORTENED = 5
 
     @property
     def label(self) -> str:
@@ -53,9 +61,18 @@ class Relaxation(IntEnum):
     def keeps_recent_result_groups(self) -> bool:
         return self < Relaxation.CURRENT_PROMPT_TURNS
 
-    def steps(self) -> list[str]:
-        """Labels of every step taken up to this level, in order (for reports)."""
-        return [level.label for level in Relaxation if Relaxation.NONE < level <= self]
+    @property
+    def keeps_pins(self) -> bool:
+        return self < Relaxation.PINS
+
+    def steps(self, *, pins: bool = True) -> list[str]:
+        """Labels of every step taken up to this level, in order (for reports); without
+        ``pins`` when no pinned message yielded (there was none in the view)."""
+        return [
+            level.label
+            for level in Relaxation
+            if Relaxation.NONE < level <= self and (pins or level is not Relaxation.PINS)
+        ]
 
 
 RELAXATION_LABELS = {
@@ -63,6 +80,7 @@ RELAXATION_LABELS = {
     Relaxation.RECENT: "recent",
     Relaxation.RECENT_TOOL_RESULTS_SHORTENED: "recent_tool_results_shortened",
     Relaxation.CURRENT_PROMPT_TURNS: "current_prompt_turns",
+    Relaxation.PINS: "pins",
     Relaxation.NEWEST_RESULTS_SHORTENED: "newest_results_shortened",
 }
 

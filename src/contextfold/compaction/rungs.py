@@ -39,8 +39,11 @@ class Rung(Protocol):
     module's numbering: 1 truncate tool results, 2 truncate long text, 3 drop oldest; 0 for
     a nearly lossless step below them)."""
 
-    name: str
-    level: int
+    @property
+    def name(self) -> str: ...  # read only: a class attribute serves
+
+    @property
+    def level(self) -> int: ...
 
     def apply(self, work: WorkingView, target_raw: int) -> None:
         """Change the working view, oldest first, until ``work.raw_total <= target_raw``."""

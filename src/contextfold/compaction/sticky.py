@@ -43,6 +43,9 @@ class StickyView:
     # The values of the history's messages and what the agent did with them, read as
     # passes need them (for the ledger and for which results are still in use).
     values: ValueIndex = field(default_factory=ValueIndex)
+    # The pins this view was planned with: a pin added since, on a message the view has
+    # compacted, makes the next request plan again to bring it back.
+    pins_seen: frozenset[int] = frozenset()
 
     @classmethod
     def fresh(cls, history: History) -> StickyView:
@@ -74,6 +77,7 @@ class StickyView:
         self.view = assemble_view(history, self.state, self.notice)
         self.stale = False
         self.removed_messages = self.state.removed_messages
+        self.pins_seen = frozenset(history.pins)
 
     def restore(
         self,
@@ -92,6 +96,19 @@ class StickyView:
         self.removed_messages = state.removed_messages
         self.missed_target_at = missed_target_at
         self.summaries_adopted = state.summary_record is not None
+        # The saved state may predate a pin: the next request checks them all.
+        self.pins_seen = frozenset()
+
+    def newly_pinned_out(self, history: History) -> bool:
+        """Whether a message pinned since the last plan is compacted in this view (then a
+        pass must bring it back); the pins are taken as seen when none is."""
+        pins = history.pins
+        if not pins or pins <= self.pins_seen:
+            return False
+        if any(self.compacted(history, i) for i in pins - self.pins_seen):
+            return True
+        self.pins_seen = frozenset(pins)
+        return False
 
     def compacted(self, history: History, index: int) -> bool:
         """Whether history entry ``index`` is shortened or out of this view."""

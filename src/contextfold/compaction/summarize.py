@@ -244,16 +244,15 @@ _FRAME_TAG = re.compile(r"<(?=\s*/?\s*context-summary)", re.IGNORECASE)
 def id_ranges(history_ids: Iterable[int]) -> str:
     """``r2-r9,r12`` for the ids 2..9 and 12: which messages a summary stands for."""
     ordered = sorted(set(history_ids))
+    if not ordered:
+        return ""
     parts: list[str] = []
-    start = previous = None
-    for index in ordered:
-        if start is None:
-            start = previous = index
-        elif index == previous + 1:
+    start = previous = ordered[0]
+    for index in ordered[1:]:
+        if index == previous + 1:
             previous = index
         else:
             parts.append(f"r{start}" if start == previous else f"r{start}-r{previous}")
             start = previous = index
-    if start is not None:
-        parts.append(f"r{start}" if start == previous else f"r{start}-r{previous}")
+    parts.append(f"r{start}" if start == previous else f"r{start}-r{previous}")
     return ",".join(parts)

@@ -167,7 +167,7 @@ def strip_thinking(message: Mapping[str, Any]) -> dict[str, Any] | None:
     too, or the rung would leave the bulk of it in the view.
     """
     content = message.get("content")
-    kept = content
+    kept: Any = content
     if isinstance(content, list):
         kept = [
             block

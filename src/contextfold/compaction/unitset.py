@@ -75,7 +75,9 @@ class UnitSet:
             return len(other) == self._size and all(u in self for u in other)
         return NotImplemented
 
-    __hash__ = None  # type: ignore[assignment]  # mutable
+    # Mutable, so unhashable: said to the type checker too (typeshed's object.__hash__ is a
+    # method, which None does not match).
+    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return f"UnitSet.from_runs({self.runs()!r})"
@@ -159,16 +161,16 @@ class UnitSet:
         # Many at once (a pass removing a long stretch of turns): merged as runs, in time
         # proportional to the runs and the new members, not a search and insert for each.
         runs = self.runs()
-        start = end = None
-        for unit in sorted(set(units)):
+        ordered = iter(sorted(set(units)))  # not empty: at least _MERGE_FROM units
+        start = next(ordered)
+        end = start + 1
+        for unit in ordered:
             if unit == end:
                 end += 1
                 continue
-            if start is not None:
-                runs.append((start, end))
-            start, end = unit, unit + 1
-        if start is not None:
             runs.append((start, end))
+            start, end = unit, unit + 1
+        runs.append((start, end))
         merged = UnitSet.from_runs(runs)
         self._starts, self._ends, self._size = merged._starts, merged._ends, merged._size
 

@@ -40,6 +40,7 @@ from .runner import (
     evaluate_async,
 )
 from .scoring import CATEGORIES, Outcome, View
+from .server_editing import ServerClearToolUses
 
 __all__ = [
     "BUILTIN_POLICIES",
@@ -66,6 +67,7 @@ __all__ = [
     "Refusal",
     "RequestRecord",
     "Run",
+    "ServerClearToolUses",
     "Step",
     "Totals",
     "View",

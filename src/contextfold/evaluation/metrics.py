@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from .runner import Totals
+from .runner import PRICING_NAMES, Totals
 
-Kind = Literal["share", "tokens", "count"]
+Kind = Literal["share", "tokens", "count", "usd"]
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,14 @@ def format_value(value: float | int | None, kind: Kind) -> str:
         return f"{value:.0%}"
     if kind == "tokens":
         return _tokens(int(value))
+    if kind == "usd":
+        return usd(value)
     return f"{int(value):,}"
+
+
+def usd(value: float) -> str:
+    """Dollars as a table shows them: cents from a dollar up, four places below."""
+    return f"${value:,.2f}" if value >= 1 else f"${value:.4f}"
 
 
 def _tokens(tokens: int) -> str:
@@ -56,6 +63,10 @@ def _share(scope: str, category: str) -> Callable[[Totals], float | None]:
     return lambda totals: totals.share(scope, category)
 
 
+def _cost(pricing: str) -> Callable[[Totals], float | None]:
+    return lambda totals: totals.cost(pricing)
+
+
 COLUMNS: tuple[Column, ...] = (
     Column("far_in_view", "far: in view", _share("far", "in_view")),
     Column("far_ledger_or_summary", "far: ledger/summary", _share("far", "ledger_or_summary")),
@@ -67,4 +78,5 @@ COLUMNS: tuple[Column, ...] = (
     Column("cache_share", "cache share", lambda t: t.cache_share),
     Column("refusals", "refusals", lambda t: t.refused, "count"),
     Column("over_budget", "over budget", lambda t: t.over_budget, "count"),
+    *(Column(f"cost_{name}_usd", f"cost: {name}", _cost(name), "usd") for name in PRICING_NAMES),
 )

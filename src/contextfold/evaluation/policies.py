@@ -14,6 +14,7 @@ from .baselines import NaiveDropOldest, ObservationMasking
 from .context_simple import ContextSimple
 from .fold_policy import ContextFoldPolicy
 from .policy import Policy
+from .server_editing import ServerClearToolUses
 
 # The summarize ladder the demo runs: summarize ahead of text truncation, drop_oldest still
 # the last resort; the rung's own settings are its defaults (the summary follows the budget).
@@ -37,6 +38,7 @@ BUILTIN_POLICIES: dict[str, Callable[[], Policy]] = {
     "naive": NaiveDropOldest,
     "masking": ObservationMasking,
     "context-simple": ContextSimple,
+    "clear-tool-uses": ServerClearToolUses,
     "contextfold": ContextFoldPolicy,
     "summarize": summarize_ladder_policy,
 }

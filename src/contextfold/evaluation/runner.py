@@ -8,7 +8,12 @@ reply priming), and where each fact of the coming step stands in it (`scoring`):
 - tokens sent; the prefix shared with the previous request's view, message for message (the
   part a provider's prompt cache serves; the first request of a session has none, and its
   tokens are left out of the share as `contextfold replay` leaves them out);
-- refusals (the policy sent nothing) and views over the window by the exact recount.
+- refusals (the policy sent nothing) and views over the window by the exact recount;
+- the input's cost under each reference pricing (`PRICINGS`: Anthropic's multipliers with a
+  five-minute cache, OpenAI's), by `contextfold.costing`'s rules: the shared prefix is read
+  from the cache, the rest written (Anthropic) or sent fresh (OpenAI). The eval has no
+  clock, so every request counts as within the cache's lifetime; output is left out (every
+  policy answers with the same recorded replies).
 
 Facts are found once per conversation (`facts.find_steps`) and shared by every run.
 """
@@ -20,7 +25,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..costing import PricedRequest, request_cost
 from ..errors import MessageValidationError
+from ..prices import REFERENCE_PRICING, reference_prices
 from ..tokens import ExactCounter
 from .counts import ContentCounts, ExactCounts
 from .facts import FactRule, Step, find_steps
@@ -29,8 +36,19 @@ from .scoring import Outcome, TextCache, found_by_search, score_fact, search_que
 
 DEFAULT_WINDOWS: tuple[int, ...] = (4_000, 8_000, 16_000)
 SEARCH_LIMIT = 5
+# The pricings every request is priced with, and their names (columns, JSON keys).
+PRICINGS = reference_prices()
+PRICING_NAMES: tuple[str, ...] = REFERENCE_PRICING
 # The fields of one request in the JSON, in order.
-REQUEST_FIELDS = ("message_index", "tokens", "cached_tokens", "refused", "over_budget", "facts")
+REQUEST_FIELDS = (
+    "message_index",
+    "tokens",
+    "cached_tokens",
+    "refused",
+    "over_budget",
+    *(f"cost_{name}_usd" for name in PRICING_NAMES),
+    "facts",
+)
 
 
 class EvalInputError(ValueError):
@@ -92,6 +110,7 @@ class RequestRecord:
     refused: bool
     over_budget: bool
     outcomes: str
+    costs: tuple[float, ...] = ()  # USD of its input under each of `PRICINGS`, in order
 
     def to_row(self) -> list[Any]:
         return [
@@ -100,6 +119,7 @@ class RequestRecord:
             self.cached_tokens,
             self.refused,
             self.over_budget,
+            *(round(cost, 8) for cost in self.costs),
             self.outcomes,
         ]
 
@@ -145,6 +165,7 @@ class Totals:
     offers_search: bool = False
     far: dict[str, int] = field(default_factory=dict)  # outcome code -> facts
     near: dict[str, int] = field(default_factory=dict)
+    costs: list[float] = field(default_factory=lambda: [0.0] * len(PRICINGS))  # USD, input
 
     def add(self, run: Run, steps: Mapping[int, Step]) -> None:
         self.sessions += 1
@@ -161,6 +182,8 @@ class Totals:
                     self.tokens_after_first += record.tokens
                 first = False
                 self.over_budget += record.over_budget
+                for position, cost in enumerate(record.costs):
+                    self.costs[position] += cost
             if record.message_index is None:
                 continue
             for fact, code in zip(steps[record.message_index].facts, record.outcomes, strict=True):
@@ -182,6 +205,12 @@ class Totals:
 
     def count_outcome(self, scope: str, outcome: Outcome) -> int:
         return self._tally(scope).get(outcome.value, 0)
+
+    def cost(self, pricing: str) -> float | None:
+        """USD of the input sent, under the pricing named (see `PRICING_NAMES`)."""
+        if pricing not in PRICING_NAMES:
+            return None
+        return self.costs[PRICING_NAMES.index(pricing)]
 
     @property
     def cache_share(self) -> float | None:
@@ -355,6 +384,7 @@ class _Scorer:
         self._search_limit = search_limit
         self._previous: list[Mapping[str, Any]] = []
         self._cumulative: list[int] = [0]  # running token totals of the previous view
+        self._priced: PricedRequest | None = None  # the previous request, for its cache
 
     async def request(self, step: Step | None) -> RequestRecord:
         facts = step.facts if step is not None else ()
@@ -363,7 +393,11 @@ class _Scorer:
             view = await self._session.request()
         except Refusal:
             self._previous, self._cumulative = [], [0]  # nothing sent: nothing cached next
-            return RequestRecord(index, 0, 0, True, False, Outcome.REFUSED.value * len(facts))
+            self._priced = None
+            nothing = (0.0,) * len(PRICINGS)
+            return RequestRecord(
+                index, 0, 0, True, False, Outcome.REFUSED.value * len(facts), nothing
+            )
         messages = list(view.messages)
         shared = _common_prefix(self._previous, messages)
         # The shared prefix's tokens are the previous view's; only the rest is counted.
@@ -375,6 +409,9 @@ class _Scorer:
         cached = cumulative[shared]
         tokens = total + self._counts.overhead
         self._previous, self._cumulative = messages, cumulative
+        priced = PricedRequest(tokens, cached)
+        costs = tuple(request_cost(p, priced, self._priced).usd for p in PRICINGS)
+        self._priced = priced
         outcomes = [score_fact(fact, view, self._texts) for fact in facts]
         if step is not None and self._session.offers_search:
             outcomes = await self._searched(step, outcomes)
@@ -385,6 +422,7 @@ class _Scorer:
             False,
             tokens > self._window,
             "".join(outcome.value for outcome in outcomes),
+            costs,
         )
 
     async def _searched(self, step: Step, outcomes: list[Outcome]) -> list[Outcome]:

@@ -84,7 +84,7 @@ def _joined(system: System, extra: list[str]) -> System:
         return "\n\n".join(extra)
     if isinstance(system, str):
         return "\n\n".join([system, *extra])
-    return [*_copied(system), *({"type": "text", "text": text} for text in extra)]
+    return [dict(block) for block in system] + [{"type": "text", "text": text} for text in extra]
 
 
 def _copied(system: System) -> System:

@@ -156,7 +156,7 @@ def from_view(view: Sequence[Mapping[str, Any]], mirror: Mirror) -> list[dict[st
     """A view as input items: items of unchanged messages as they were (copies), changed
     ones rebuilt around what the view says, the context's own messages as new items."""
     out: list[dict[str, Any]] = []
-    call_kinds: dict[str, str] = {}
+    call_kinds: dict[Any, str] = {}  # an item's call_id (as given) -> its type
     for message in view:
         admitted = mirror.admitted(message)
         originals: list[dict[str, Any]] = []
@@ -196,7 +196,7 @@ def _back_block(block: Any, text_type: str) -> Any:
 
 
 def _result(
-    message: Mapping[str, Any], originals: list[dict[str, Any]], call_kinds: dict[str, str]
+    message: Mapping[str, Any], originals: list[dict[str, Any]], call_kinds: dict[Any, str]
 ) -> dict[str, Any]:
     content = message.get("content")
     text = content if isinstance(content, str) else None

@@ -23,6 +23,7 @@ try:
     from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
     from langchain_core.messages import (
         AIMessage,
+        AnyMessage,
         BaseMessage,
         HumanMessage,
         SystemMessage,
@@ -73,11 +74,11 @@ def _content(content: Any) -> Any:
     return content
 
 
-def from_view(view: Sequence[Mapping[str, Any]], mirror: Mirror) -> list[BaseMessage]:
+def from_view(view: Sequence[Mapping[str, Any]], mirror: Mirror) -> list[AnyMessage]:
     """A view as LangChain messages: copies of the state's own (with the view's content where
     compaction changed it) sharing nothing mutable with them; the context's own messages as
     new ones."""
-    out: list[BaseMessage] = []
+    out: list[AnyMessage] = []
     for message in view:
         admitted = mirror.admitted(message)
         if admitted is not None and message["role"] == admitted["role"]:
@@ -90,7 +91,7 @@ def from_view(view: Sequence[Mapping[str, Any]], mirror: Mirror) -> list[BaseMes
     return out
 
 
-def _made(message: Mapping[str, Any]) -> BaseMessage:
+def _made(message: Mapping[str, Any]) -> AIMessage | HumanMessage | SystemMessage | ToolMessage:
     """A message the context wrote (a notice, a summary, a repair) as LangChain's type."""
     content = detached(message.get("content")) or ""
     role = message.get("role")

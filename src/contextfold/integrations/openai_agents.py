@@ -20,10 +20,17 @@ the same view. Already have run hooks? Call ``await fold.record_usage(response)`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 try:
-    from agents import Agent, FunctionTool, ModelResponse, RunContextWrapper, RunHooks
+    from agents import (
+        Agent,
+        FunctionTool,
+        ModelResponse,
+        RunContextWrapper,
+        RunHooks,
+        TResponseInputItem,
+    )
     from agents.run_config import CallModelData, ModelInputData
 except ImportError as error:  # the extra is not installed
     raise ImportError(
@@ -76,7 +83,10 @@ class ContextFoldFilter:
         fixed = self._tools_cost(data.agent.tools) + self.mirror.fixed_tokens(system=system)
         model = _name(data.agent.model)
         view = await self.mirror.view(data.model_data.input, fixed_tokens=fixed, model=model)
-        return ModelInputData(input=from_view(view, self.mirror), instructions=instructions)
+        # The items are copies of the SDK's own or made in its shapes: plain dicts to the
+        # framework-free formats module, its input item types here.
+        items = cast("list[TResponseInputItem]", from_view(view, self.mirror))
+        return ModelInputData(input=items, instructions=instructions)
 
     def _tools_cost(self, tools: list[Any]) -> int:
         cached = self._tools

@@ -33,6 +33,7 @@ try:
     from pydantic_ai.messages import (
         ModelMessage,
         ModelRequest,
+        ModelRequestPart,
         ModelResponse,
         RetryFeedbackPart,
         SystemPromptPart,
@@ -79,9 +80,9 @@ def _request_part(part: Any) -> dict[str, Any] | None:
         return {"role": "system", "content": part.content}
     if isinstance(part, UserPromptPart):
         content = part.content
-        if not isinstance(content, str):
-            content = [_user_block(item) for item in content]
-        return {"role": "user", "content": content}
+        if isinstance(content, str):
+            return {"role": "user", "content": content}
+        return {"role": "user", "content": [_user_block(item) for item in content]}
     if isinstance(part, ToolReturnPart):
         return {"role": "tool", "tool_call_id": part.tool_call_id, "content": _returned(part)}
     if isinstance(part, RetryFeedbackPart):
@@ -127,46 +128,43 @@ def _response(item: ModelResponse, ref: list[int]) -> dict[str, Any]:
 def from_view(view: Sequence[Mapping[str, Any]], mirror: Mirror) -> list[ModelMessage]:
     """A view as pydantic-ai messages sharing nothing mutable with the history's."""
     out: list[ModelMessage] = []
-    request: ModelRequest | None = None  # the request parts are being gathered into
-    source: int | None = None  # the history message it comes from
+    # The parts list of the request being gathered into (the request holds this very list)
+    # and the history message it comes from.
+    parts: list[ModelRequestPart] | None = None
+    source: int | None = None
     admitted_for = mirror.admitted
     items = mirror.items
     for message in view:
         admitted = admitted_for(message)
         if admitted is None:
             made = _made(message, out)
-            if request is None:
-                request, source = ModelRequest(parts=[]), None
-                out.append(request)
-            request.parts.append(made)
+            if parts is None:
+                parts, source = [], None
+                out.append(ModelRequest(parts=parts))
+            parts.append(made)
             continue
         index, number = admitted["metadata"][REF]
         original = items[index]
         same = message.get("content") == admitted.get("content")  # what compaction changes
         if isinstance(original, ModelResponse):
-            request = None
+            parts = None
             out.append(_copied_response(original, message, same))
             continue
         part = owned(original.parts[number])
         if not same:
             part = _with_text(part, message.get("content"))
-        if request is None or source != index:
-            request, source = _shell(original), index
+        if parts is None or source != index:
+            request = _shell(original)
+            parts, source = request.parts, index
             if len(original.parts) > 1:  # a lone part is the one converted
-                request.parts.extend(
-                    owned(p) for p in original.parts if not isinstance(p, _CONVERTED)
-                )
+                parts.extend(owned(p) for p in original.parts if not isinstance(p, _CONVERTED))
             out.append(request)
-        request.parts.append(part)
+        parts.append(part)
     return out
 
 
 # Request parts without content of their own (see the module): they ride with their request.
 _CONVERTED = (SystemPromptPart, UserPromptPart, ToolReturnPart, RetryFeedbackPart)
-
-
-def _is_call(part: Any) -> bool:
-    return isinstance(part, ToolCallPart)
 
 
 def _shell(message: Any) -> Any:
@@ -234,7 +232,7 @@ def _made(message: Mapping[str, Any], before: list[ModelMessage]) -> Any:
     text = _text(message.get("content"))
     if message.get("role") == "tool":
         call_id = message.get("tool_call_id", "")
-        calls = (p for m in reversed(before) for p in m.parts if _is_call(p))
+        calls = (p for m in reversed(before) for p in m.parts if isinstance(p, ToolCallPart))
         name = next((p.tool_name for p in calls if p.tool_call_id == call_id), "")
         return ToolReturnPart(tool_name=name, content=text, tool_call_id=call_id)
     if message.get("role") in ("system", "developer"):

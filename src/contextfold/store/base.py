@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import json.scanner
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -39,6 +39,7 @@ __all__ = [
     "DOCUMENT_VERSION",
     "HISTORY_GENESIS",
     "ConcurrentUpdateError",
+    "SearchableStore",
     "SessionInfo",
     "SessionStore",
     "StoreError",
@@ -132,7 +133,8 @@ class StoredMessage(NamedTuple):
 # The C scanner behind json.loads, called directly: json.loads adds two Python calls and a
 # regular expression per text, nearly as much as decoding a typical message. Same decoder
 # settings as json.loads, so the result is the same dict.
-scan_json = json.scanner.make_scanner(json.JSONDecoder())
+# (typeshed types make_scanner's argument as a scanner; it reads any decoder's settings.)
+scan_json = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 
 
 def decode_message(message_json: str, seq: int, session_id: str | None = None) -> dict[str, Any]:
@@ -355,6 +357,28 @@ class SessionStore(Protocol):
         ...
 
 
+@runtime_checkable
+class SearchableStore(Protocol):
+    """A store that keeps a full-text index of every session's messages, written in the
+    same transaction as each append (and rebuilt by a replacement), and ranks with
+    contextfold's own algorithm (`contextfold.search.ranking`), so its hits are those the
+    memory index gives on the same history. The SQLite and PostgreSQL stores are; a store
+    that is not is searched through the context's memory index instead."""
+
+    async def search(
+        self,
+        session_id: str,
+        query: str,
+        limit: int,
+        *,
+        skip: Callable[[int], bool] | None = None,
+    ) -> list[tuple[int, float]]:
+        """The ``limit`` best ``(position, score)`` among the session's messages for
+        ``query`` (its positions are history indices: 0 is the first message), leaving out
+        every position ``skip`` says to; empty for an unknown session."""
+        ...
+
+
 async def append_at_end(
     store: SessionStore,
     session_id: str,
@@ -472,10 +496,10 @@ def check_info_json(info_json: object) -> str | None:
     return info_json
 
 
-def check_rows(messages: object) -> list[CheckedRow]:
+def check_rows(messages: Iterable[object]) -> list[CheckedRow]:
     """``append_many``'s rows, checked, as (json, cost, info_json, cost_counter) rows."""
     rows: list[CheckedRow] = []
-    for row in messages:  # type: ignore[attr-defined]
+    for row in messages:
         if not isinstance(row, tuple | list) or len(row) not in (2, 3, 4):
             raise StoreError(
                 f"append_many takes (message_json, cost), (message_json, cost, info_json) or "
@@ -507,7 +531,8 @@ def wrap_document(body_json: str, history_sha256: str | None = None) -> str:
 
 
 def unwrap_document(envelope_json: str, what: str, session_id: str) -> dict[str, Any]:
-    return _unwrap(envelope_json, what, session_id)["body"]
+    body: dict[str, Any] = _unwrap(envelope_json, what, session_id)["body"]  # a dict: checked
+    return body
 
 
 def _unwrap(envelope_json: str, what: str, session_id: str) -> dict[str, Any]:

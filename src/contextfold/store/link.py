@@ -59,6 +59,8 @@ _T = TypeVar("_T")
 # The key under which a saved state and each calibration entry name the counter whose
 # units they are in.
 COUNTER_KEY = "cost_counter"
+# The key under which a saved state keeps the session's pins.
+PINS_KEY = "pins"
 
 
 @dataclass
@@ -69,6 +71,9 @@ class Loaded:
     state: Mapping[str, Any] | None  # the sticky-state document, when it holds for history
     calibration: Mapping[str, Any] | None  # the entries made for this context's counter
     budget: Mapping[str, Any] | None
+    # The pins saved with the compaction state (`PINS_KEY`), when that state's history is the
+    # stored one (whatever counter costed it: pins are not in tokens).
+    pins: Mapping[str, Any] | None = None
 
 
 def session_link(store: object, session_id: object) -> SessionLink | None:
@@ -130,11 +135,16 @@ class SessionLink:
         self.digest = stored.history_sha256
         if self.digest is None:  # a session last written before digests were kept
             self.digest = history_digest(m.message_json for m in stored.messages)
+        pins = None
+        if stored.state is not None and state_describes(stored):
+            found = stored.state.snapshot.get(PINS_KEY)
+            pins = found if isinstance(found, Mapping) else None
         return Loaded(
             history,
             _usable_state(stored, identity),
             _usable_calibration(stored, identity),
             stored.budget,
+            pins,
         )
 
     async def append(self, admission: Admission, admitted: Callable[[], _T]) -> _T:
@@ -287,6 +297,7 @@ def _rebuild(stored: StoredSession, history: History, identity: str) -> int:
     recounted = 0
     paused = gc.isenabled()
     gc.disable()
+    cost: int | None  # as stored; None when another counter made it (counted again)
     try:
         for seq, message_json, cost, info_json, cost_counter in stored.messages:
             info = None

@@ -18,7 +18,7 @@ server default), so acknowledged means durable on the server.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -51,7 +51,14 @@ from contextfold.store.base import (
 )
 from contextfold.store.conninfo import display, parse, scrub
 from contextfold.store.postgres_open import settle
+from contextfold.store.postgres_search import (
+    forget_session,
+    index_message,
+    index_messages,
+    search_session,
+)
 from contextfold.store.schema import POSTGRES_SCHEMA
+from contextfold.store.search_rows import Indexer
 from contextfold.summaries.records import SummaryRecord
 
 __all__ = ["PostgresStore"]
@@ -106,6 +113,7 @@ class PostgresStore:
         self._opened = False
         self._opening = asyncio.Lock()
         self._closed = False
+        self._indexer = Indexer()
 
     @property
     def where(self) -> str:
@@ -248,6 +256,7 @@ class PostgresStore:
                     _INSERT_MESSAGE,
                     (session_id, expected_seq + 1, message_json, cost, info_json, cost_counter),
                 )
+                await index_message(connection, self._indexer, session_id, message_json)
         except psycopg.errors.UniqueViolation:
             # Unreachable while the compare-and-set holds; kept so a duplicate can never
             # pass as success whatever changes around it.
@@ -282,6 +291,9 @@ class PostgresStore:
                 )
                 async with connection.cursor() as cursor:
                     await cursor.executemany(_INSERT_MESSAGE, rows)
+                await index_messages(
+                    connection, self._indexer, session_id, [row[0] for row in checked], replace=True
+                )
         except psycopg.Error as error:
             raise self._explain(error) from None
         return last
@@ -442,9 +454,30 @@ class PostgresStore:
                 await connection.execute(
                     "DELETE FROM cf_documents WHERE session_id = %s", (session_id,)
                 )
+                await forget_session(connection, session_id)
         except psycopg.Error as error:
             raise self._explain(error) from None
         return deleted.rowcount > 0
+
+    # -- search (contextfold.store.base.SearchableStore) -----------------------------------
+
+    async def search(
+        self,
+        session_id: str,
+        query: str,
+        limit: int,
+        *,
+        skip: Callable[[int], bool] | None = None,
+    ) -> list[tuple[int, float]]:
+        check_session_id(session_id)
+        await self._ready()
+        try:
+            async with self._connection() as connection, connection.transaction():
+                # One snapshot for the statistics and the postings.
+                await connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                return await search_session(connection, session_id, query, limit, skip)
+        except psycopg.Error as error:
+            raise self._explain(error) from None
 
     # -- summary records (contextfold.summaries.SummaryStore) -------------------------------
 

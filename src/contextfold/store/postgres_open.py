@@ -28,6 +28,7 @@ import psycopg
 from psycopg import sql
 
 from contextfold.store.base import StoreError, StoreSchemaError
+from contextfold.store.postgres_search import backfill
 from contextfold.store.schema import (
     LEGACY_DATA_TABLES,
     LEGACY_VERSION_TABLE,
@@ -36,6 +37,7 @@ from contextfold.store.schema import (
     POSTGRES_MIGRATIONS,
     POSTGRES_SCHEMA,
     SCHEMA_VERSION,
+    SEARCH_INDEX_VERSION,
     check_version,
     legacy_version,
     meta_statements,
@@ -59,6 +61,7 @@ async def settle(connection: Connection, where: str, *, read_only: bool) -> str:
     schema = POSTGRES_SCHEMA
     if await _schema_exists(connection, schema):
         columns = await _columns(connection, schema)
+        version: int | None  # None: not a schema an older contextfold made either
         if META_TABLE in columns:
             if columns[META_TABLE] != _META_COLUMNS:
                 raise _not_ours(where, schema, sorted(columns))
@@ -203,5 +206,7 @@ async def _migrate(connection: Connection, schema: str, version: int) -> None:
     for steps in POSTGRES_MIGRATIONS[version:]:
         for statement in steps:
             await connection.execute(statement)
+    if 0 < version < SEARCH_INDEX_VERSION:  # messages stored before the index existed
+        await backfill(connection)
     for statement, parameters in meta_statements(SCHEMA_VERSION, "%s"):
         await connection.execute(statement, parameters)

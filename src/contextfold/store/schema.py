@@ -13,7 +13,14 @@ message's cost (``cf_messages.cost_counter``, NULL for rows written before it: a
 those messages again), each session's history digest (``cf_sessions.history_sha256``, NULL
 for sessions last written before it: a reader computes it from the messages, and the next
 state save stores it), and an index of summary records by session (a session's records are
-looked up by its id, never by reading every record of the store).
+looked up by its id, never by reading every record of the store); version 5 added the
+full-text search index of every session's messages (`contextfold.store.search_rows`): per
+session its statistics (``cf_search_sessions``), each message's search terms, kind and task
+(``cf_search_docs``) and each term's document frequency (``cf_search_terms``), with SQLite's
+FTS5 table ``cf_search`` (external content: ``cf_search_docs``, kept in step by triggers) or a
+PostgreSQL ``tsvector`` column under a GIN index. The step's SQL makes the tables; the stores
+then index every message already stored, in the same transaction (`search_rows.Indexer`:
+the terms come from contextfold's own tokenizer, which SQL cannot run).
 
 Ownership (DESIGN invariant 9: contextfold never writes into a database or file it did not
 create). The version lives in contextfold's own table, ``contextfold_meta`` (key
@@ -46,6 +53,7 @@ __all__ = [
     "POSTGRES_MIGRATIONS",
     "POSTGRES_SCHEMA",
     "SCHEMA_VERSION",
+    "SEARCH_INDEX_VERSION",
     "SQLITE_MIGRATIONS",
     "check_version",
     "legacy_version",
@@ -97,6 +105,39 @@ SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE cf_sessions ADD COLUMN history_sha256 TEXT",
         "CREATE INDEX cf_summaries_by_session ON cf_summaries (session_id, position)",
     ),
+    (
+        "CREATE TABLE cf_search_sessions ("
+        " search_key INTEGER PRIMARY KEY AUTOINCREMENT,"
+        " session_id TEXT NOT NULL UNIQUE,"
+        " docs INTEGER NOT NULL DEFAULT 0,"
+        " total_length INTEGER NOT NULL DEFAULT 0,"
+        " task INTEGER NOT NULL DEFAULT -1)",
+        # id = search_key << 32 | position: a session's messages are one rowid range, which
+        # FTS5 restricts a match to without reading other sessions' postings.
+        "CREATE TABLE cf_search_docs ("
+        " id INTEGER PRIMARY KEY,"
+        " task_key INTEGER,"
+        " kind INTEGER NOT NULL,"
+        " length INTEGER NOT NULL,"
+        " terms TEXT NOT NULL)",
+        "CREATE INDEX cf_search_docs_by_task ON cf_search_docs (task_key)"
+        " WHERE task_key IS NOT NULL",
+        "CREATE TABLE cf_search_terms ("
+        " search_key INTEGER NOT NULL,"
+        " term TEXT NOT NULL,"
+        " df INTEGER NOT NULL,"
+        " PRIMARY KEY (search_key, term)) WITHOUT ROWID",
+        # Each term is one token: the ascii tokenizer splits on ASCII punctuation only, and
+        # the separators inside an identifier are token characters here.
+        "CREATE VIRTUAL TABLE cf_search USING fts5(terms, content='cf_search_docs',"
+        " content_rowid='id', tokenize=\"ascii tokenchars '-_./:#'\", detail='none',"
+        " columnsize=0)",
+        "CREATE TRIGGER cf_search_docs_added AFTER INSERT ON cf_search_docs BEGIN"
+        " INSERT INTO cf_search (rowid, terms) VALUES (new.id, new.terms); END",
+        "CREATE TRIGGER cf_search_docs_removed AFTER DELETE ON cf_search_docs BEGIN"
+        " INSERT INTO cf_search (cf_search, rowid, terms) VALUES ('delete', old.id, old.terms);"
+        " END",
+    ),
 )
 
 POSTGRES_MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -131,7 +172,37 @@ POSTGRES_MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE cf_sessions ADD COLUMN history_sha256 TEXT",
         "CREATE INDEX cf_summaries_by_session ON cf_summaries (session_id, position)",
     ),
+    (
+        "CREATE TABLE cf_search_sessions ("
+        " search_key BIGSERIAL PRIMARY KEY,"
+        " session_id TEXT NOT NULL UNIQUE,"
+        " docs BIGINT NOT NULL DEFAULT 0,"
+        " total_length BIGINT NOT NULL DEFAULT 0,"
+        " task BIGINT NOT NULL DEFAULT -1)",
+        # lexemes: the message's distinct terms, each as '<search_key>:<term>', so a match
+        # reads only this session's postings.
+        "CREATE TABLE cf_search_docs ("
+        " search_key BIGINT NOT NULL,"
+        " position BIGINT NOT NULL,"
+        " task BIGINT NOT NULL,"
+        " kind SMALLINT NOT NULL,"
+        " length INTEGER NOT NULL,"
+        " terms TEXT NOT NULL,"
+        " lexemes tsvector NOT NULL,"
+        " PRIMARY KEY (search_key, position))",
+        "CREATE INDEX cf_search_docs_lexemes ON cf_search_docs USING gin (lexemes)",
+        "CREATE INDEX cf_search_docs_by_task ON cf_search_docs (search_key, task, position)",
+        "CREATE TABLE cf_search_terms ("
+        " search_key BIGINT NOT NULL,"
+        " term TEXT NOT NULL,"
+        " df BIGINT NOT NULL,"
+        " PRIMARY KEY (search_key, term))",
+    ),
 )
+
+# The version that added the search index: a store migrated from before it has its stored
+# messages indexed in the migration's transaction.
+SEARCH_INDEX_VERSION = 5
 
 SCHEMA_VERSION = len(SQLITE_MIGRATIONS)
 assert len(POSTGRES_MIGRATIONS) == SCHEMA_VERSION, "both backends share one version history"

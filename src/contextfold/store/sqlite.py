@@ -56,7 +56,14 @@ from contextfold.store.base import (
     record_json,
     wrap_document,
 )
+from contextfold.store.search_rows import Indexer
 from contextfold.store.sqlite_open import APPLICATION_ID, Opened, check_path, open_file
+from contextfold.store.sqlite_search import (
+    forget_session,
+    index_message,
+    index_session,
+    search_session,
+)
 from contextfold.summaries.records import SummaryRecord
 
 __all__ = ["APPLICATION_ID", "SqliteStore"]
@@ -85,6 +92,7 @@ class SqliteStore:
         self._opened: Opened | None = None
         self._opening = asyncio.Lock()
         self._closed = False
+        self._indexer = Indexer()  # used on the worker thread only
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -227,6 +235,7 @@ class SqliteStore:
         def write(connection: sqlite3.Connection) -> int:
             _advance(connection, session_id, expected_seq, 1, digest, new_generation=False)
             connection.execute(_INSERT_MESSAGE, row)
+            index_message(connection, self._indexer, session_id, message_json)
             return expected_seq + 1
 
         return await self._run(lambda connection: self._transaction(connection, write))
@@ -257,6 +266,7 @@ class SqliteStore:
                 "DELETE FROM cf_documents WHERE session_id = ? AND kind = 'state'", (session_id,)
             )
             connection.executemany(_INSERT_MESSAGE, rows)
+            index_session(connection, self._indexer, session_id, [row[0] for row in checked])
             return last
 
         return await self._run(lambda connection: self._transaction(connection, write))
@@ -350,9 +360,32 @@ class SqliteStore:
             ).rowcount
             connection.execute("DELETE FROM cf_messages WHERE session_id = ?", (session_id,))
             connection.execute("DELETE FROM cf_documents WHERE session_id = ?", (session_id,))
+            forget_session(connection, session_id)
             return deleted > 0
 
         return await self._run(lambda connection: self._transaction(connection, write))
+
+    # -- search (contextfold.store.base.SearchableStore) -----------------------------------
+
+    async def search(
+        self,
+        session_id: str,
+        query: str,
+        limit: int,
+        *,
+        skip: Callable[[int], bool] | None = None,
+    ) -> list[tuple[int, float]]:
+        check_session_id(session_id)
+
+        def read(connection: sqlite3.Connection) -> list[tuple[int, float]]:
+            # One read transaction: the statistics and the postings are one snapshot.
+            connection.execute("BEGIN")
+            try:
+                return search_session(connection, session_id, query, limit, skip)
+            finally:
+                connection.execute("COMMIT")
+
+        return await self._run(read)
 
     # -- summary records (contextfold.summaries.SummaryStore) -------------------------------
 

@@ -38,11 +38,13 @@ from contextfold.store.schema import (
     META_TABLE,
     META_VERSION_KEY,
     SCHEMA_VERSION,
+    SEARCH_INDEX_VERSION,
     SQLITE_MIGRATIONS,
     check_version,
     meta_statements,
     read_meta_version,
 )
+from contextfold.store.sqlite_search import backfill
 
 __all__ = ["APPLICATION_ID", "Opened", "check_path", "open_file"]
 
@@ -314,6 +316,8 @@ def _migrate(connection: sqlite3.Connection, tables: set[str], where: str) -> No
     for steps in SQLITE_MIGRATIONS[version:]:
         for statement in steps:
             connection.execute(statement)
+    if 0 < version < SEARCH_INDEX_VERSION:  # messages stored before the index existed
+        backfill(connection)
     for statement, parameters in meta_statements(SCHEMA_VERSION, "?"):
         connection.execute(statement, parameters)
     if LEGACY_VERSION_TABLE in tables:

@@ -105,6 +105,10 @@ class AnswerCutOff(Exception):
     """An adapter's answer stopped at the token limit: a cut summary is not a summary."""
 
 
+class AnswerNotText(Exception):
+    """An adapter's answer carries no text (a refusal, a tool call): no summary."""
+
+
 @runtime_checkable
 class Summarizer(Protocol):
     """Any async callable from a span of chat messages and a token limit to summary text.
@@ -157,6 +161,8 @@ async def summarize_span(
         return _failed("error", f"TimeoutError: {exc}", name)
     except AnswerCutOff as exc:
         return _failed("cut_off", str(exc) or "the answer stopped at the token limit", name)
+    except AnswerNotText as exc:
+        return _failed("not_text", str(exc) or "the answer is not text", name)
     except Exception as exc:  # any failure of the summarizer is reported, never raised
         return _failed("error", f"{type(exc).__name__}: {exc}", name)
     task = asyncio.current_task()
@@ -231,7 +237,10 @@ class OpenAISummarizer:
         choice = response.choices[0]
         if choice.finish_reason == "length":
             raise AnswerCutOff(f"finish_reason 'length' at {max_tokens} tokens")
-        return choice.message.content
+        content: str | None = choice.message.content  # None for a refusal or a tool call
+        if content is None:
+            raise AnswerNotText("the answer is a NoneType, not text")
+        return content
 
 
 class AnthropicSummarizer:

@@ -97,7 +97,9 @@ def message_entries(message: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def _call_of(call: Mapping[str, Any]) -> tuple[str, str, Any]:
-    function = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+    function = call.get("function")
+    if not isinstance(function, Mapping):
+        function = {}
     name = call.get("tool") or call.get("name") or function.get("name") or "?"
     arguments = call.get("arguments", call.get("input", function.get("arguments", {})))
     return str(call.get("id")), str(name), arguments

@@ -213,7 +213,8 @@ class CalibratedCounter:
         self._states: dict[str | None, _ModelState] = {}
         self._last_model: str | None = None
         self._exact = isinstance(base, ExactCounter)
-        self._name, self._named = "", None  # `name`, and the base it was formatted for
+        self._name = ""  # `name`, formatted for the base `_named`
+        self._named: TokenCounter | None = None
 
     # -- counting: raw, delegated ------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import string
 from collections.abc import Callable
+from functools import partial
 
 FIRST_NAMES = (
     "Dana", "Marek", "Ines", "Tobias", "Priya", "Kofi", "Lena", "Rafael", "Yuki", "Anouk",
@@ -71,6 +72,9 @@ class Mint:
                 return value
         raise RuntimeError("the id space is exhausted; use fewer or longer ids")
 
+    def _numbered_email(self, local: str) -> str:
+        return f"{local}{self.rng.randint(1, 99)}@{self.rng.choice(DOMAINS)}"
+
     def number(self, prefix: str, digits: int) -> str:
         low, high = 10 ** (digits - 1), 10**digits - 1
         return self.unique(lambda: f"{prefix}{self.rng.randint(low, high)}")
@@ -127,7 +131,7 @@ class Mint:
                 continue
             self._used.add(name)
             domain = self.rng.choice(DOMAINS)
-            email = self.unique(lambda f=first, la=last, d=domain: f"{f.lower()}.{la.lower()}@{d}")
+            email = self.unique(partial(str, f"{first.lower()}.{last.lower()}@{domain}"))
             return name, email
 
     def similar_people(self, name: str, count: int) -> list[tuple[str, str]]:
@@ -151,9 +155,7 @@ class Mint:
                 if style < 0.5
                 else f"{o_first.lower()}{o_last.lower()[:3]}"
             )
-            email = self.unique(
-                lambda loc=local: f"{loc}{self.rng.randint(1, 99)}@{self.rng.choice(DOMAINS)}"
-            )
+            email = self.unique(partial(self._numbered_email, local))
             people.append((other, email))
         return people
 
