@@ -20,7 +20,7 @@ def test_contract_defaults() -> None:
     assert c.max_tokens_fallback == 200_000
     assert c.max_tool_result_bytes == 131_072
     assert c.compact_threshold == 0.92
-    assert c.target_usage == 0.60  # ours, measured with contextfold eval (docs)
+    assert c.target_usage == 0.50
     assert c.protected_tool_results == 5
     assert c.compaction_notice_token_reserve == 800
     assert c.token_meter == "estimate"
@@ -177,13 +177,13 @@ def test_a_defaulted_target_follows_a_lower_threshold(caplog: pytest.LogCaptureF
     with caplog.at_level(logging.INFO, logger="contextfold"):
         ctx = ContextFold(compact_threshold=0.45)
     assert ctx.config.compact_threshold == 0.45
-    assert ctx.config.target_usage == round(0.45 * 0.60 / 0.92, 4) == 0.2935
+    assert ctx.config.target_usage == round(0.45 * 0.50 / 0.92, 4) == 0.2446
     lines = [r for r in caplog.records if "target_usage follows" in r.getMessage()]
-    assert len(lines) == 1 and "0.2935" in lines[0].getMessage()
+    assert len(lines) == 1 and "0.2446" in lines[0].getMessage()
 
 
 @pytest.mark.parametrize(
-    ("threshold", "target"), [(0.92, 0.6), (1.0, 0.6), (0.8, 0.5217), (0.1, 0.0652)]
+    ("threshold", "target"), [(0.92, 0.5), (1.0, 0.5), (0.8, 0.4348), (0.1, 0.0543)]
 )
 def test_the_followed_target_keeps_the_defaults_proportion(threshold: float, target: float) -> None:
     config = ContextConfig.from_mapping({"compact_threshold": threshold})
@@ -207,9 +207,9 @@ def test_an_explicit_conflicting_pair_stays_an_error() -> None:
 def test_resolve_lets_a_defaulted_target_follow_and_keeps_a_chosen_one() -> None:
     followed = ContextConfig.resolve(ContextConfig.from_mapping({"compact_threshold": 0.45}))
     lowered = ContextConfig.resolve(followed, {"compact_threshold": 0.3})
-    assert lowered.target_usage == default_target_usage(0.3) == 0.1957
+    assert lowered.target_usage == default_target_usage(0.3) == 0.163
     assert (
-        ContextConfig.resolve(ContextConfig(), {"compact_threshold": 0.45}).target_usage == 0.2935
+        ContextConfig.resolve(ContextConfig(), {"compact_threshold": 0.45}).target_usage == 0.2446
     )
     with pytest.raises(ConfigError, match="above compact_threshold"):
         ContextConfig.resolve(ContextConfig(target_usage=0.4), {"compact_threshold": 0.3})

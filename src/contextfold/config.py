@@ -33,7 +33,7 @@ NOTICE_VERBOSITIES = ("normal", "minimal")
 NOTICE_VERBOSITY_ALIASES = {"verbose": "normal"}
 
 DEFAULT_COMPACT_THRESHOLD = 0.92
-DEFAULT_TARGET_USAGE = 0.60
+DEFAULT_TARGET_USAGE = 0.50
 # The identifier ledger's room (docs/configuration.md has the measurements behind it): a
 # share of the budget, and at least a floor of tokens where that is at most a fifth of it.
 DEFAULT_LEDGER_SHARE = 0.12
@@ -109,7 +109,7 @@ class ContextConfig:
             raise ConfigError(
                 f"target_usage={self.target_usage} is above compact_threshold="
                 f"{self.compact_threshold}: compaction would stop above the level that triggers "
-                "it. Set target_usage below compact_threshold (defaults 0.60 and 0.92), or leave "
+                "it. Set target_usage below compact_threshold (defaults 0.50 and 0.92), or leave "
                 "target_usage out and it follows the threshold."
             )
         _check_fraction("protected_recent", self.protected_recent, allow_zero=True)
@@ -215,7 +215,7 @@ class ContextConfig:
             if target != DEFAULT_TARGET_USAGE:
                 logger.info(
                     "context-fold: compact_threshold=%s without target_usage: target_usage "
-                    "follows it to %s (the defaults' proportion, 0.60/0.92); set target_usage "
+                    "follows it to %s (the defaults' proportion, 0.50/0.92); set target_usage "
                     "to choose another",
                     threshold,
                     target,
@@ -280,9 +280,9 @@ class ContextConfig:
 
 
 def default_target_usage(compact_threshold: Any) -> Any:
-    """The target a config gets when it names none: 0.60, or less under a lower threshold.
+    """The target a config gets when it names none: 0.50, or less under a lower threshold.
 
-    ``min(0.60, compact_threshold * 0.60 / 0.92)``, rounded to 4 places: the defaults'
+    ``min(0.50, compact_threshold * 0.50 / 0.92)``, rounded to 4 places: the defaults'
     proportion between target and trigger is kept, so lowering only the threshold never
     leaves a target above it (a refused config) or so close under it that every pass ends
     a step from the next trigger. A threshold that is not a number is returned as the
