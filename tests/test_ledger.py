@@ -283,7 +283,10 @@ async def test_the_offline_summary_keeps_call_arguments_whole() -> None:
     assert calls, digest
     # A call line is whole or left out (counted), never cut inside an argument.
     for line in calls:
-        assert path in line and line.rstrip().endswith("}" + line.rsplit("}", 1)[-1])
+        n = int(line.rsplit("(id c", 1)[1].rstrip(")"))
+        note = " ".join(["word"] * 40) + f" {n}"
+        arguments = json.dumps({"path": path, "note": note}, sort_keys=True)
+        assert line == f"- call: read_file {arguments} (id c{n})", line
 
 
 # -- configuration --------------------------------------------------------------------------
