@@ -33,23 +33,27 @@ def pages_of(view: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [m for m in view if metadata(m).get("ledger") is True]
 
 
-def finding(n: int, *, filler: int = 1_500) -> list[dict[str, Any]]:
+def finding(n: int, *, filler: int = 1_500, noise: bool = False) -> list[dict[str, Any]]:
     """A lookup whose result holds an order id, an amount and a tracking code, then the
-    agent's answer naming the order (so the result is one the agent drew from)."""
+    agent's answer naming the order (so the result is one the agent drew from); with
+    ``noise``, a line of look-alike references nothing ever points to, and a call naming
+    no value."""
+    refs = " ".join(f"REF-{n:03d}-{k:02d}" for k in range(8)) + "\n" if noise else ""
+    # With noise the agent pages on without naming anything (no value in the call either).
+    arguments = {"page": "next"} if noise else {"customer": f"C-{n:04d}"}
     call_id = f"call_{n}"
     order = f"ORD-{48_200 + n}"
     return [
         {
             "role": "assistant",
             "content": "",
-            "tool_calls": [
-                {"id": call_id, "tool": "search_orders", "arguments": {"customer": f"C-{n:04d}"}}
-            ],
+            "tool_calls": [{"id": call_id, "tool": "search_orders", "arguments": arguments}],
         },
         {
             "role": "tool",
             "tool_call_id": call_id,
             "content": f"{order} customer C-{n:04d} amount {1000 + n}.25 tracking TRK{n:06d}X\n"
+            + refs
             + prose(n, filler),
         },
         {"role": "assistant", "content": f"Found {order}, amount {1000 + n}.25."},
@@ -201,7 +205,9 @@ class Forgetful:
         return "The agent looked up several customers' orders and reported what it found."
 
 
-async def summarized(summarizer: Any) -> tuple[ContextFold, list[dict], list[dict]]:
+async def summarized(
+    summarizer: Any, *, noise: bool = False
+) -> tuple[ContextFold, list[dict], list[dict]]:
     events: list[tuple[str, dict]] = []
     context = ContextFold(
         {"token_counter": "heuristic", "strategies": LADDER},
@@ -211,9 +217,13 @@ async def summarized(summarizer: Any) -> tuple[ContextFold, list[dict], list[dic
     await context.set_messages([SYSTEM, human("Look up every customer's order.")])
     view: list[dict] = []
     for n in range(30):
-        for message in finding(n):
+        # With noise, no answers either: nothing points into the results.
+        messages = finding(n, noise=noise)
+        for message in messages[:2] if noise else messages:
             await context.add_message(message)
         view = await context.get_messages_for_request(token_budget=8_000)
+        if noise:
+            assert silently_lost(await context.get_messages(), view) == []
     return context, view, [d for e, d in events if e == "context:summary"]
 
 
@@ -312,3 +322,13 @@ def test_ledger_settings_are_read() -> None:
     config = ContextFold({"ledger_share": 0.2, "ledger_min_tokens": 300}).config
     assert config.ledger_share == 0.2 and config.ledger_min_tokens == 300
     assert ContextFold().config.ledger_share == 0.12
+
+
+async def test_a_summary_names_the_messages_of_look_alikes_it_leaves_out() -> None:
+    # Each result carries eight references nothing points to, and no answer draws from it:
+    # not worth a line each, but the summary's check names their messages by id, at every
+    # request.
+    _context, view, events = await summarized(Forgetful(), noise=True)
+    assert [d for d in events if "failure" not in d]
+    [summary] = [m for m in view if metadata(m).get("summary")]
+    assert re.search(r"^ more values in r\d+", summary["content"], re.M)

@@ -491,6 +491,9 @@ def check_summary(
     ``room`` tokens (by estimate); the rest go to the ledger's pool, to be listed when
     they rank."""
     required: dict[str, LedgerEntry] = {e.value: e for e in ledger.carried}
+    # Messages of the span holding values the summary leaves out that are not worth a line
+    # (look-alikes nothing points to): named by id, so none is lost silently.
+    unnamed: set[int] = set()
     if index is not None:
         entries = history.entries
         for source in sorted(span, reverse=True):
@@ -500,7 +503,11 @@ def check_summary(
             task = index.task_of(source)
             for value, score in index.scored(source, entries[source].info.kind, rows):
                 known = required.get(value)
-                if score < MIN_SCORE or (value in ledger.listed and known is None):
+                if value in ledger.listed and known is None:
+                    continue
+                if score < MIN_SCORE:
+                    if source not in unnamed and not occurs(value, text):
+                        unnamed.add(source)
                     continue
                 if known is None or score > known.score:
                     required[value] = LedgerEntry(value, source, task, score)
@@ -508,22 +515,35 @@ def check_summary(
     missing: list[LedgerEntry] = []
     for entry in ranked(required.values()):
         (carried if occurs(entry.value, text) else missing).append(entry)
-    budget = room * CHARS_PER_TOKEN - len(APPENDIX_HEAD)
+    budget = room * CHARS_PER_TOKEN - len(APPENDIX_HEAD) - len(MORE_LINE)
+    # Room for the id of every message holding a value left out comes first.
+    name_cost = {
+        source: len(recall_id(source)) + 2 for source in unnamed | {e.source for e in missing}
+    }
+    reserve = sum(name_cost.values())
     appended: list[LedgerEntry] = []
     overflow: list[LedgerEntry] = []
     sources: set[int] = set()
     for entry in missing:
         cost = len(entry.value) + len(SEPARATOR)
+        own = 0
         if entry.source not in sources:
             cost += len(recall_id(entry.source)) + 4
-        if cost <= budget:
+            own = name_cost[entry.source]
+        if cost <= budget - (reserve - own):
             budget -= cost
+            reserve -= own
             appended.append(entry)
             sources.add(entry.source)
         else:
             overflow.append(entry)
+    named: list[int] = []
+    for source in sorted(unnamed | {e.source for e in overflow}):
+        if source not in sources and name_cost[source] <= budget:
+            budget -= name_cost[source]
+            named.append(source)
     appendix = ""
-    if appended:
+    if appended or named:
         by_source: dict[int, list[str]] = {}
         for entry in appended:
             by_source.setdefault(entry.source, []).append(entry.value)
@@ -532,6 +552,8 @@ def check_summary(
             f" {recall_id(source)}: {SEPARATOR.join(values)}"
             for source, values in sorted(by_source.items())
         )
+        if named:
+            lines.append(MORE_LINE + ", ".join(recall_id(i) for i in named))
         appendix = "\n".join(lines)
     pool = _merged_pool(ledger.pool, overflow, ledger.listed - {e.value for e in overflow})
     checked = Ledger(
