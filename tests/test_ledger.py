@@ -332,3 +332,31 @@ async def test_a_summary_names_the_messages_of_look_alikes_it_leaves_out() -> No
     assert [d for d in events if "failure" not in d]
     [summary] = [m for m in view if metadata(m).get("summary")]
     assert re.search(r"^ more values in r\d+", summary["content"], re.M)
+
+
+async def test_a_pass_that_only_gives_the_ledgers_room_back_is_delivered() -> None:
+    """A new task's result leaves room for the view only if the ledger's pages give way:
+    the pass that shrinks them is committed, never a view over the budget (it was sent at
+    603 tokens of 600, the ledger's change not counted as a change)."""
+    context = ContextFold({"max_tokens": 600, "token_counter": "exact"})
+
+    def lookup(n: int, calls: int, chars: int) -> list[dict[str, Any]]:
+        ids = [f"g{n}_{k}" for k in range(calls)]
+        text = " ".join(f"w{n}x{i}" for i in range(chars // 6))[:chars]
+        call = [{"id": i, "tool": "f", "arguments": {"n": n}} for i in ids]
+        results = [{"role": "tool", "tool_call_id": i, "content": text} for i in ids]
+        return [{"role": "assistant", "content": "", "tool_calls": call}, *results]
+
+    messages = [SYSTEM, human("Go."), *lookup(0, 1, 666), human("Next task 1.")]
+    messages += [*lookup(1, 2, 294), human("Next task 2."), *lookup(2, 1, 678)]
+    messages.append({"role": "assistant", "content": "Done."})
+    counter = context.counter
+    sizes = []
+    for message in messages:
+        if message["role"] == "assistant" and len(await context.get_messages()) > 1:
+            view = await context.get_messages_for_request()
+            assert_pairing(view)
+            sizes.append(sum(counter.count_message(m) for m in view) + counter.request_overhead)
+            assert context.last_report.tokens_after <= 600
+        await context.add_message(message)
+    assert len(sizes) == 4 and max(sizes) <= 600, sizes

@@ -359,6 +359,8 @@ class RequestPlanner:
                 or result.state.removed_units != previous.removed_units
                 or result.state.truncated.keys() != previous.truncated.keys()
                 or result.notice_cost != sticky.notice_cost
+                # A pass that only gave the ledger's room back to the budget changed the view.
+                or result.state.ledger.pages != previous.ledger.pages
             )
             if restore:
                 # Retention is per request, never a pin: this request carries the reminder
