@@ -55,6 +55,8 @@ LAYERS: dict[str, int] = {
     "request": 7,
     "oneshot": 7,
     "mirror": 7,
+    "inspection": 7,
+    "telemetry": 7,
     "amplifier": 8,
     "integrations": 8,
     "formats": 8,

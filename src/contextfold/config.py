@@ -20,6 +20,9 @@ from .errors import ConfigError
 from .prices import prices_for
 from .shown import shown
 
+# What the ``opentelemetry`` key accepts (see `telemetry`).
+OPENTELEMETRY_MODES = ("auto", "off")
+
 logger = logging.getLogger(__name__)
 
 TOKEN_METER_MODES = ("estimate", "actual")
@@ -95,6 +98,9 @@ class ContextConfig:
     # mapping of figures; None: the table's entry for the model, where one is needed).
     cache_breakpoints: str = "off"
     prices: Any = None
+    # OpenTelemetry spans of every request, admission, summary, recall, search and usage
+    # reading: "auto" (when the opentelemetry package is installed) or "off".
+    opentelemetry: str = "auto"
 
     def __post_init__(self) -> None:
         _check_optional_positive_int("max_tokens", self.max_tokens)
@@ -182,6 +188,12 @@ class ContextConfig:
                 f"cache_breakpoints={shown(self.cache_breakpoints)} is not one of "
                 f"{', '.join(CACHE_BREAKPOINT_MODES)} (default 'off'; 'anthropic' marks "
                 "cache_control breakpoints on every delivered view)."
+            )
+        if not _is_str(self.opentelemetry) or self.opentelemetry not in OPENTELEMETRY_MODES:
+            raise ConfigError(
+                f"opentelemetry={shown(self.opentelemetry)} is not one of "
+                f"{', '.join(OPENTELEMETRY_MODES)} (default 'auto': spans when the "
+                "opentelemetry package is installed; 'off': none)."
             )
         if self.prices is not None:
             # Frozen: the figures, checked once, replace the name or mapping given.

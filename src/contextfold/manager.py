@@ -15,9 +15,9 @@ compaction does O(1) token arithmetic plus the O(n) copy of the view; a pass is 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from .admission import admit
 from .compaction.summarize import Summarize
@@ -45,11 +45,23 @@ from .store.base import SessionStore
 from .store.link import session_link
 from .summaries import Summarizer, SummaryStore
 from .summary_pass import SummaryPass, SummaryStats, summary_folder
+from .telemetry import (
+    ADMIT,
+    RECALL,
+    REQUEST,
+    SEARCH,
+    Telemetry,
+    TracedSummarizer,
+    output_tokens_of,
+    telemetry_for,
+)
 from .tokens import CalibratedCounter, TokenCounter, build_counter
 from .usage_feed import calibrate, usage_reading
 from .views import detached
 
 __all__ = ["ContextFold", "SummaryStats"]
+
+T = TypeVar("T")
 
 
 class ContextFold:
@@ -82,6 +94,17 @@ class ContextFold:
             config.token_counter, model=config.token_model
         )
         self._events = EventSink(on_event)
+        # Spans when OpenTelemetry is installed (see `telemetry`); None costs nothing.
+        self._telemetry = telemetry = telemetry_for(
+            config.opentelemetry,
+            session_id=link.session_id if link else None,
+            prices=config.prices,
+        )
+        if telemetry is None:
+            # Admission's hot path without a wrapper frame (the class method traces).
+            self.add_message = self._add_message  # type: ignore[method-assign]
+        elif summarizer is not None:
+            summarizer = TracedSummarizer(summarizer, telemetry)
         folder = summary_folder(config.ladder, summarizer, summary_store)
         rung = next((r for r in config.ladder if isinstance(r, Summarize)), None)
         self._summaries = (
@@ -110,6 +133,22 @@ class ContextFold:
     async def add_message(self, message: dict[str, Any]) -> None:
         """Validate, cap and admit one message. Raises `MessageValidationError` (a
         ValueError) naming the field on bad input, leaving history exactly as it was."""
+        telemetry = self._telemetry
+        started = telemetry.start(ADMIT) if telemetry is not None else None
+        if telemetry is None or started is None:
+            await self._add_message(message)
+            return
+        # This admission's own record for its span (the entry, its index, results clipped,
+        # repairs): per call, so admissions awaiting a durable store never share it.
+        notes: list[Any] = []
+
+        def describe(span: Any, _done: None) -> None:
+            telemetry.describe_admission(span, *notes)
+
+        await telemetry.within(started, self._add_message(message, notes), describe)
+
+    async def _add_message(self, message: dict[str, Any], notes: list[Any] | None = None) -> None:
+        """`add_message` itself; with ``notes``, what its span reports is put there."""
         state = self._state
         if self._link is None and self._lock.idle():
             # Without a durable session admission never awaits, so nothing can run between
@@ -129,6 +168,9 @@ class ContextFold:
                     )
                 else:
                     appended = state.admitted(admission)
+        if notes is not None:
+            index = len(state.history.entries) - 1
+            notes += (appended.entry, index, len(admission.clips), len(appended.repairs))
         if admission.clips or appended.repairs:  # nearly every admission has nothing to report
             await self._emit_admission(admission.clips, appended.repairs)
 
@@ -182,7 +224,27 @@ class ContextFold:
         bodies that must reach the model complete. Raises amplifier-core's
         `ContextLengthError` when the protected content alone cannot fit.
         """
-        return await self._parts.serve(token_budget, provider, hard_fit, required_reminders)
+        serving = self._parts.serve(token_budget, provider, hard_fit, required_reminders)
+        telemetry = self._telemetry
+        started = telemetry.start(REQUEST) if telemetry is not None else None
+        if telemetry is None or started is None:
+            return await serving
+        return await self._traced_request(telemetry, started, serving, provider)
+
+    async def _traced_request(
+        self, telemetry: Telemetry, started: Any, serving: Awaitable[T], provider: Any
+    ) -> T:
+        """Serve a request inside a ``contextfold.request`` span (see `telemetry`)."""
+        state, stats = self._state, self.summary_stats
+        before = (stats.calls, stats.written, stats.reused)
+        removed = state.last_report.removed_total if state.last_report is not None else 0
+
+        def describe(span: Any, _view: Any) -> None:
+            done = (stats.calls - before[0], stats.written - before[1], stats.reused - before[2])
+            report = state.last_report
+            telemetry.describe_request(span, report, state.model, provider, done, removed)
+
+        return await telemetry.within(started, serving, describe)
 
     async def get_messages_for_request_retaining(
         self,
@@ -216,13 +278,18 @@ class ContextFold:
         orchestrator's ``count_view`` counts the complete request, the context fits the view
         to that count and returns the exact counted envelope, its ``outcome`` and a
         ``transaction`` to commit right before dispatch. See `contextfold.measured`."""
-        return await measured_request_view(
+        requesting = measured_request_view(
             self._parts,
             provider=provider,
             retain_contents=retain_contents,
             count_view=count_view,
             fit_output=fit_output,
         )
+        telemetry = self._telemetry
+        started = telemetry.start(REQUEST) if telemetry is not None else None
+        if telemetry is None or started is None:
+            return await requesting
+        return await self._traced_request(telemetry, started, requesting, provider)
 
     async def set_system_prompt_factory(self, factory: SystemPromptFactory | None) -> None:
         """Have every request start with the text ``factory()`` returns (sync or async),
@@ -253,6 +320,23 @@ class ContextFold:
         ``offset`` on and capped at ``max_tokens`` (a longer text ends with a marker giving
         the offset to continue from). Raises `RecallError` (a ValueError) for an unknown id.
         Safe during a compaction pass, as `get_messages`."""
+        telemetry = self._telemetry
+        started = telemetry.start(RECALL) if telemetry is not None else None
+        if telemetry is None or started is None:
+            return await self._recall(recall_id, max_tokens, offset)
+
+        def before(span: Any) -> None:
+            telemetry.describe_recall(span, recall_id, offset)
+
+        def describe(span: Any, text: str) -> None:
+            span.set_attribute("contextfold.recall.chars", len(text))
+
+        text: str = await telemetry.within(
+            started, self._recall(recall_id, max_tokens, offset), describe, before
+        )
+        return text
+
+    async def _recall(self, recall_id: str, max_tokens: int, offset: int) -> str:
         await self._readable()
         history = self._state.history
         return recall_message(history, recall_id, max_tokens, self.counter, offset=offset)
@@ -264,6 +348,20 @@ class ContextFold:
         snippet. Raises ValueError for an empty query, one of stopwords only, or a limit
         outside 1-50. Safe during a compaction pass, as `get_messages`."""
         query, limit = check_query(query, limit)
+        telemetry = self._telemetry
+        started = telemetry.start(SEARCH) if telemetry is not None else None
+        if telemetry is None or started is None:
+            return await self._searched(query, limit)
+
+        def before(span: Any) -> None:
+            telemetry.describe_search(span, query, limit)
+
+        def describe(span: Any, hits: list[SearchHit]) -> None:
+            span.set_attribute("contextfold.search.hits", len(hits))
+
+        return await telemetry.within(started, self._searched(query, limit), describe, before)
+
+    async def _searched(self, query: str, limit: int) -> list[SearchHit]:
         await self._readable()
         return await self._search.search(self._state, query, limit)
 
@@ -335,6 +433,9 @@ class ContextFold:
             return
         self._state.last_reading = reading
         update = calibrate(self.counter, reading)
+        if self._telemetry is not None:
+            ratio = self._planner.ratio(reading.model)
+            self._telemetry.usage(reading, output_tokens_of(data), ratio)
         if update is not None:
             # (an update comes only from a calibrated counter: `calibrate`)
             if self._link is not None and isinstance(self.counter, CalibratedCounter):
@@ -416,6 +517,10 @@ class ContextFold:
         admission, so a caller that counts the views it gets need not count it again."""
         entry = self._state.history.entries[-1]
         return entry.view, entry.cost
+
+    def _inspected_state(self) -> ContextState:
+        """The context's state, for `contextfold.inspection` to note each pass (read only)."""
+        return self._state
 
     def _notice_view_cost(self) -> tuple[dict[str, Any] | None, int]:
         """The sticky view's compaction notice (None without one) and its raw cost, as the

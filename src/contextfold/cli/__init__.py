@@ -229,6 +229,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="set one config key (repeatable; applied after --config)",
     )
     _add_output_options(replay, "replay-<file>-<timestamp>")
+    replay.add_argument(
+        "--html",
+        action="store_true",
+        help="also write inspector.html: one self-contained page with the timeline, the "
+        "compactions and every request's view (opens offline in any browser)",
+    )
     from contextfold.cli.eval_parser import add_eval_parser
     from contextfold.cli.sessions import add_sessions_parser
 

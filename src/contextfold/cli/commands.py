@@ -36,6 +36,7 @@ from contextfold.cli.errors import (
     InputError,
 )
 from contextfold.cli.files import check_output_option, display_path
+from contextfold.cli.inspector_page import demo_run, replay_run, write_inspector_page
 from contextfold.cli.output import fail, stdout_guarded
 from contextfold.cli.readers import read_conversation
 from contextfold.cli.replay import ReplayError, ReplayResult, _row_columns, replay_messages
@@ -103,6 +104,12 @@ def run_demo_command(args: argparse.Namespace) -> int:
         folder = output_folder(args.out, "demo")
         json_path = write_json(folder / "demo.json", data)
         chart_path = None if args.no_chart else _demo_chart(result, folder / "requests.png")
+        page_path = None
+        page_run = demo_run(result)
+        if page_run is not None:
+            page_path = write_inspector_page(
+                folder / "inspector.html", "contextfold demo: with context-fold", [page_run]
+            )
     except InputError as error:
         return fail(str(error))
 
@@ -111,15 +118,23 @@ def run_demo_command(args: argparse.Namespace) -> int:
         console.print(_demo_verdict(result))
         for note in result.notes:
             console.print(note)
-        _print_outputs(console, json_path, chart_path, folder)
+        _print_outputs(console, json_path, chart_path, folder, page_path)
     return EXIT_OK
 
 
-def _print_outputs(console: Any, json_path: Path, chart_path: Path | None, folder: Path) -> None:
-    """Where a command wrote its numbers and chart, as the last lines it prints."""
+def _print_outputs(
+    console: Any,
+    json_path: Path,
+    chart_path: Path | None,
+    folder: Path,
+    page_path: Path | None = None,
+) -> None:
+    """Where a command wrote its numbers, chart and page, as the last lines it prints."""
     console.print(f"numbers: {json_path}")
     if chart_path is not None:
         console.print(f"chart:   {chart_path}")
+    if page_path is not None:
+        console.print(f"page:    {page_path}")
     console.print(f"output folder: {folder}")
 
 
@@ -300,6 +315,7 @@ def _replay_command(args: argparse.Namespace) -> int:
                 max_output_tokens=args.max_output_tokens,
                 places=conversation.places,
                 on_progress=on_progress,
+                inspect=args.html,
             )
     except InputError as error:
         return fail(str(error))
@@ -324,6 +340,13 @@ def _replay_command(args: argparse.Namespace) -> int:
         )
         json_path = write_json(folder / "replay.json", data)
         del data
+        page_path = None
+        if args.html:
+            page_path = write_inspector_page(
+                folder / "inspector.html",
+                f"contextfold replay: {Path(replayed).name}",
+                [replay_run(result, Path(replayed).name)],
+            )
         printout: list[RenderableType] = [replay_heading(result, replayed, file_format)]
         if not args.quiet:
             printout.append(replay_rows_table(result))
@@ -338,7 +361,7 @@ def _replay_command(args: argparse.Namespace) -> int:
         console = Console(highlight=False)
         for part in printout:
             console.print(part)
-        _print_outputs(console, json_path, chart_path, folder)
+        _print_outputs(console, json_path, chart_path, folder, page_path)
     return EXIT_OK
 
 

@@ -45,6 +45,7 @@ from amplifier_core.models import HookResult, ToolResult
 
 from contextfold.costing import PricedRequest, billed_cost, request_cost
 from contextfold.events import COMPACTION, REPORT, SUMMARY
+from contextfold.inspection import Inspection, ViewRecorder, inspect_views
 from contextfold.prices import REFERENCE_PRICING, Prices, reference_prices
 from contextfold.recall import recall_id
 
@@ -311,6 +312,8 @@ class DemoResult:
     runs: list[RunSummary]
     specs: tuple[RunSpec, ...] = ()
     notes: list[str] = field(default_factory=list)
+    # What each request's view held, for the run with context-fold's defaults ("managed").
+    inspections: dict[str, Inspection] = field(default_factory=dict, repr=False)
 
     def run(self, key: str) -> RunSummary | None:
         return next((run for run in self.runs if run.key == key), None)
@@ -453,11 +456,13 @@ async def run_session(
     managed: bool = True,
     on_request: Callable[[], None] | None = None,
     after_run: AfterRun | None = None,
+    inspections: dict[str, Inspection] | None = None,
 ) -> RunSummary:
     """Run one session of the demo's task and measure it: ``spec``'s, or the demo's run
     without compaction / with context-fold (``managed``). ``on_request`` fires per model
     request; ``after_run(context, provider)`` is awaited once the task is done, before the
-    session closes (the bench resumes the transcript there)."""
+    session closes (the bench resumes the transcript there). With ``inspections``, the views of
+    the run with context-fold's defaults are recorded there under its key (the page)."""
     if spec is None:
         spec = demo_runs(settings)[1 if managed else 0]
     session = AmplifierSession(mount_plan(settings, spec=spec))
@@ -490,9 +495,16 @@ async def run_session(
         user_messages += 1
         return HookResult()
 
+    recorder: ViewRecorder | None = None
+    request_messages: list[int] = []  # history length at each chat request
+
     async def on_provider_request(_event: str, _data: dict[str, Any]) -> HookResult:
         if on_request is not None:
             on_request()
+        if recorder is not None:
+            # The view of this request was just delivered: note its pass, if it made one.
+            request_messages.append(len(recorder.state.history.entries))
+            recorder.after_request(len(request_messages))
         return HookResult()
 
     recalled = (0, 0)
@@ -510,6 +522,9 @@ async def run_session(
         hooks.register("tool:post", on_tool_post, name="contextfold-demo-tools")
         hooks.register("prompt:submit", on_prompt, name="contextfold-demo-prompt")
         hooks.register("llm:request", on_provider_request, name="contextfold-demo-progress")
+        inspected = session.coordinator.get("context")
+        if inspections is not None and spec.key == "managed":
+            recorder = ViewRecorder(inspected._inspected_state())
 
         try:
             final_text = await session.execute(TASK.format(steps=settings.steps))
@@ -527,6 +542,10 @@ async def run_session(
             recalled = await _recall_every_result(context, history, tool_outputs)
         if after_run is not None:
             await after_run(context, provider)
+        if recorder is not None and inspections is not None:
+            inspections[spec.key] = inspect_views(
+                recorder.state.history, recorder.passes, request_messages
+            )
     finally:
         await session.cleanup()
 
@@ -671,11 +690,16 @@ async def run_demo(
         return lambda: on_request(key)
 
     specs = demo_runs(settings)
+    inspections: dict[str, Inspection] = {}
     runs: list[RunSummary] = []
     notes: list[str] = []
     for spec in specs:
         try:
-            runs.append(await run_session(settings, spec, on_request=progress(spec.key)))
+            runs.append(
+                await run_session(
+                    settings, spec, on_request=progress(spec.key), inspections=inspections
+                )
+            )
         except DemoDoesNotFit as error:
             if spec.key != "clear_tool_uses":
                 raise
@@ -689,4 +713,5 @@ async def run_demo(
         runs=runs,
         specs=tuple(spec for spec in specs if spec.key in ran),
         notes=notes,
+        inspections=inspections,
     )

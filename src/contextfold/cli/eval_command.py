@@ -60,6 +60,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
         settings = EvalSettings(
             windows=tuple(dict.fromkeys(args.window or DEFAULT_WINDOWS)),
             rule=FactRule(near_turns=args.near_turns),
+            inspect=args.html,
         )
         runs = len(conversations) * len(policies) * len(settings.windows)
         with _context_logs_muted(), _progress(runs, quiet=args.quiet) as on_progress:
@@ -79,6 +80,13 @@ def run_eval_command(args: argparse.Namespace) -> int:
             from contextfold.cli.eval_chart import write_eval_chart
 
             chart_path = write_eval_chart(folder / "eval.png", report)
+        page_path = None
+        if args.html:
+            from contextfold.cli.inspector_page import eval_runs, write_inspector_page
+
+            page_path = write_inspector_page(
+                folder / "inspector.html", "contextfold eval", eval_runs(report)
+            )
     except InputError as error:
         return fail(str(error))
 
@@ -91,6 +99,8 @@ def run_eval_command(args: argparse.Namespace) -> int:
     console.print(f"numbers: {json_path}")
     if chart_path is not None:
         console.print(f"chart:   {chart_path}")
+    if page_path is not None:
+        console.print(f"page:    {page_path}")
     return EXIT_OK
 
 

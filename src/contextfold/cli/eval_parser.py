@@ -146,6 +146,12 @@ def add_eval_parser(commands: Any) -> None:
         "not a symlink, and no file in it is written through a symlink",
     )
     evaluate.add_argument("--no-chart", action="store_true", help="do not draw the PNG chart")
+    evaluate.add_argument(
+        "--html",
+        action="store_true",
+        help="also write inspector.html: every run's requests, and every view of contextfold's "
+        "policies, in one self-contained page (choose the run in its list)",
+    )
     evaluate.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 

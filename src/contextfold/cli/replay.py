@@ -29,6 +29,7 @@ from amplifier_core.models import ModelInfo, ProviderInfo
 from contextfold.config import ContextConfig
 from contextfold.costing import price_columns
 from contextfold.errors import ConfigError, MessageValidationError
+from contextfold.inspection import Inspection, ViewRecorder, inspect_views
 from contextfold.manager import ContextFold
 from contextfold.prices import REFERENCE_PRICING, Prices, reference_prices
 from contextfold.report import RequestReport
@@ -230,6 +231,8 @@ class ReplayResult:
     max_output_tokens: int
     config: dict[str, Any] = field(default_factory=dict)
     costs: tuple[PricedReplay, ...] = ()
+    # What every request's view held (``inspect=True``): the inspector page's data.
+    inspection: Inspection | None = None
 
     def to_dict(self) -> dict[str, Any]:
         rows = [_row_dict(row) for row in self.rows]
@@ -308,6 +311,7 @@ def replay_messages(
     places: Sequence[str] | None = None,
     on_request: Callable[[ReplayRow], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
+    inspect: bool = False,
 ) -> ReplayResult:
     """Replay ``messages`` through a fresh ``ContextFold`` (synchronous wrapper).
 
@@ -316,7 +320,9 @@ def replay_messages(
     config, :class:`ReplayError` for a refused message (naming ``places[i]`` or
     ``message i``) and ``ContextLengthError`` when protected content alone cannot fit.
     ``on_request`` sees every row as it is made; ``on_progress(n)`` is told how many messages
-    have been admitted, every :data:`PROGRESS_EVERY` messages and at the end.
+    have been admitted, every :data:`PROGRESS_EVERY` messages and at the end. With
+    ``inspect`` the result also holds what each request's view held (``inspection``: the
+    passes, recorded at O(1) per request, and the admitted messages).
     Use :func:`replay_messages_async` from inside a running event loop.
     """
     results: list[ReplayResult] = []
@@ -335,6 +341,7 @@ def replay_messages(
                 places=places,
                 on_request=on_request,
                 on_progress=on_progress,
+                inspect=inspect,
             )
         )
 
@@ -351,6 +358,7 @@ async def replay_messages_async(
     places: Sequence[str] | None = None,
     on_request: Callable[[ReplayRow], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
+    inspect: bool = False,
 ) -> ReplayResult:
     """The replay itself; see :func:`replay_messages`.
 
@@ -363,10 +371,18 @@ async def replay_messages_async(
     """
     settings = config.to_dict() if isinstance(config, ContextConfig) else dict(config or {})
     model = ReplayModel(window, max_output_tokens) if window is not None else None
-    context = ContextFold(config if isinstance(config, ContextConfig) else settings)
+    # A replay's requests are simulated: no OpenTelemetry spans of them (nor their cost).
+    context = ContextFold(
+        config if isinstance(config, ContextConfig) else settings, opentelemetry="off"
+    )
     admitted = _AdmittedCosts(context)
     prefix = _PrefixTracker(admitted.count)
     rows: list[ReplayRow] = []
+    recorder: ViewRecorder | None = None
+    if inspect:
+        # Told of each row after it is made (the hot path is unchanged without --html).
+        recorder = ViewRecorder(context._inspected_state())
+        on_request = _chained(recorder, on_request)
     # What an unmanaged request would cost, grown by what each admission added to the view.
     history = _HistorySize()
 
@@ -416,6 +432,10 @@ async def replay_messages_async(
         on_progress(len(messages))
 
     stored = await context._history_shared()  # only read, by `_totals`
+    inspection = None
+    if recorder is not None:
+        counts = _row_columns(rows, "history_messages")[0]
+        inspection = inspect_views(context._inspected_state().history, recorder.passes, counts)
     return ReplayResult(
         rows=rows,
         totals=_totals(rows, messages, stored),
@@ -423,7 +443,21 @@ async def replay_messages_async(
         max_output_tokens=max_output_tokens,
         config=settings,
         costs=replay_costs(rows, messages, context.config.prices),
+        inspection=inspection,
     )
+
+
+def _chained(
+    recorder: ViewRecorder, on_request: Callable[[ReplayRow], None] | None
+) -> Callable[[ReplayRow], None]:
+    after_request = recorder.after_request
+
+    def noted(row: ReplayRow) -> None:
+        after_request(row.request)
+        if on_request is not None:
+            on_request(row)
+
+    return noted
 
 
 def replay_costs(

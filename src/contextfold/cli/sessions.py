@@ -41,6 +41,20 @@ def add_sessions_parser(commands: Any) -> None:
     show = actions.add_parser("show", help="one session: history, compaction, summaries")
     show.add_argument("store", metavar="STORE")
     show.add_argument("session", metavar="SESSION_ID")
+    show.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the inspector page of the session to FILE (never through a "
+        "symlink): its stored messages replayed through context-fold, every request's view "
+        "(needs the [cli] extra)",
+    )
+    show.add_argument(
+        "--window",
+        type=_window,
+        metavar="TOKENS",
+        help="with --html: the model's context window the replay fits (default: the "
+        "budget from max_tokens_fallback, 200000)",
+    )
     export = actions.add_parser("export", help="one session's messages as JSONL (for replay)")
     export.add_argument("store", metavar="STORE")
     export.add_argument("session", metavar="SESSION_ID")
@@ -80,7 +94,10 @@ async def _run(store: SessionStore, args: argparse.Namespace) -> tuple[int, str]
                 f"no session '{shown(args.session)}' in {shown(_where(store, args.store))}",
             )
         if args.action == "show":
-            return 0, await _show(store, session)
+            text = await _show(store, session)
+            if getattr(args, "html", None):
+                text += "\n" + await _inspector_page(session, args)
+            return 0, text
         text = "".join(_jsonl_line(m.message) for m in session.messages)
         if args.out:
             path = write_output_file(Path(args.out), text.encode("utf-8"))
@@ -90,6 +107,43 @@ async def _run(store: SessionStore, args: argparse.Namespace) -> tuple[int, str]
         raise InputError("STORE", str(error)) from None
     finally:
         await store.close()
+
+
+def _window(text: str) -> int:
+    try:
+        value = int(text.replace("_", "").replace(",", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value <= 4096:
+        raise argparse.ArgumentTypeError(f"must be above the 4096-token reply reserve, got {text}")
+    return value
+
+
+async def _inspector_page(session: StoredSession, args: argparse.Namespace) -> str:
+    """Replay the stored messages with context-fold's defaults and write the page."""
+    try:
+        from contextfold.cli.inspector_page import replay_run, write_inspector_page
+        from contextfold.cli.replay import ReplayError, replay_messages_async
+    except ImportError as error:
+        raise InputError(
+            "--html",
+            f"the page replays the session, which needs the [cli] extra ({error.name} is "
+            "missing): pip install '.[cli]' from a checkout",
+        ) from None
+    from contextfold.errors import ContextLengthError
+
+    messages = [m.message for m in session.messages]
+    if not messages:
+        raise InputError("--html", "the session holds no message: there is nothing to show")
+    try:
+        result = await replay_messages_async(messages, {}, args.window, inspect=True)
+    except (ReplayError, ContextLengthError) as error:
+        raise InputError("--html", f"the stored messages cannot be replayed: {error}") from None
+    label = shown(session.session_id)
+    path = write_inspector_page(
+        Path(args.html), f"contextfold session {label}", [replay_run(result, label)]
+    )
+    return f"page           {display_path(path)}"
 
 
 def _where(store: SessionStore, url: str) -> str:

@@ -69,7 +69,9 @@ class ContextFoldPolicy:
 
     def start(self, window: int, counts: ExactCounts) -> ContextFoldSession:
         summarizer = scripted_summarizer() if self.summarizes else None
-        return ContextFoldSession(ContextFold(self.settings_for(window), summarizer=summarizer))
+        # An eval's requests are simulated: no OpenTelemetry spans of them.
+        context = ContextFold(self.settings_for(window), summarizer=summarizer, opentelemetry="off")
+        return ContextFoldSession(context)
 
 
 class ContextFoldSession:

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..costing import PricedRequest, request_cost
 from ..errors import MessageValidationError
+from ..inspection import Inspection, ViewRecorder, inspect_views
 from ..prices import REFERENCE_PRICING, reference_prices
 from ..tokens import ExactCounter
 from .counts import ContentCounts, ExactCounts
@@ -84,6 +85,9 @@ class EvalSettings:
     windows: tuple[int, ...] = DEFAULT_WINDOWS
     rule: FactRule = field(default_factory=FactRule)
     search_limit: int = SEARCH_LIMIT
+    # Record what each request's view held, for the runs of contextfold policies (the
+    # inspector page: `contextfold eval --html`).
+    inspect: bool = False
 
     def __post_init__(self) -> None:
         windows = tuple(self.windows)
@@ -134,6 +138,9 @@ class Run:
     window: int
     offers_search: bool
     requests: list[RequestRecord] = field(default_factory=list)
+    # What each request's view held (contextfold policies, with ``EvalSettings.inspect``).
+    inspection: Inspection | None = None
+    trigger: int | None = None  # the compaction trigger of its last request (contextfold)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -349,10 +356,18 @@ async def _replay(
     session = policy.start(window, counts)
     run = Run(conv.corpus, conv.id, policy.key, window, bool(session.offers_search))
     scorer = _Scorer(session, counts, shared.texts, window, settings.search_limit)
+    context = getattr(session, "context", None)
+    recorder = None
+    if settings.inspect and callable(getattr(context, "_inspected_state", None)):
+        recorder = ViewRecorder(context._inspected_state())  # type: ignore[union-attr]
+    admitted: list[int] = []  # messages admitted before each request
     for index, message in enumerate(conv.messages):
         step = steps.get(index)
         if step is not None:
             run.requests.append(await scorer.request(step))
+            admitted.append(index)
+            if recorder is not None:
+                recorder.after_request(len(run.requests))
         try:
             if not isinstance(message, Mapping):
                 raise ValueError(f"a message must be an object, got {type(message).__name__}")
@@ -363,6 +378,13 @@ async def _replay(
         except (ValueError, TypeError) as error:
             raise EvalInputError(conv.id, conv.place(index), str(error)) from None
     run.requests.append(await scorer.request(None))
+    admitted.append(len(conv.messages))
+    if recorder is not None:
+        recorder.after_request(len(run.requests))
+        state = context._inspected_state()  # type: ignore[union-attr]
+        run.inspection = inspect_views(state.history, recorder.passes, admitted)
+        report = state.last_report
+        run.trigger = report.trigger if report is not None else None
     return run
 
 
