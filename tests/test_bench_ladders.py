@@ -39,7 +39,7 @@ def sessions() -> list[Any]:
 
 def test_the_three_ladders_are_the_defaults_clear_and_summarize() -> None:
     defaults, clear, summarize = replay_mod.ladders(300, 3_000)
-    assert defaults.strategies[-1] == "drop_oldest" and not defaults.summarizes
+    assert defaults.strategies[-1] == "drop_least_used" and not defaults.summarizes
     at = clear.strategies.index("clear_tool_results")
     assert clear.strategies[at - 1] == "truncate_long_text"
     assert [s for s in clear.strategies if s != "clear_tool_results"] == list(defaults.strategies)

@@ -36,7 +36,7 @@ def make_session(path: Path, session_id: str = "agent-1") -> str:
         for n in range(20):
             for message in tool_round(n, result_chars=1_500):
                 await context.add_message(message)
-            await context.get_messages_for_request(token_budget=8_000)
+            await context.get_messages_for_request(token_budget=6_000)
         await store.close()
 
     asyncio.run(run())

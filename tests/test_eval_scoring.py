@@ -160,7 +160,10 @@ class SearchingPolicy:
     label: ClassVar[str] = "contextfold with a search"
 
     def start(self, window: int, counts: ExactCounts) -> ContextFoldSession:
-        return ContextFoldSession(Searching({"max_tokens": window}))
+        # No ledger and no notice: either would name the source on its own (recoverable by
+        # id), and this is the fact a search alone finds.
+        settings = {"max_tokens": window, "ledger_share": 0, "compaction_notice_enabled": False}
+        return ContextFoldSession(Searching(settings))
 
 
 def call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:

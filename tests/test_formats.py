@@ -65,7 +65,9 @@ async def test_an_anthropic_loop_stays_inside_its_window_with_the_system_prompt_
 async def test_a_system_role_notice_joins_the_system_prompt() -> None:
     context = ContextFold(max_tokens=3000, compaction_notice_role="system")
     view = await anthropic.view_for(context, anthropic_conversation(20), system=SYSTEM)
-    assert view.system.startswith(SYSTEM + "\n\n<context-compaction>")
+    # The ledger's pages take the notice's role, so they join the system prompt too.
+    assert view.system.startswith(SYSTEM + "\n\n<context-ledger>")
+    assert "\n\n<context-compaction>" in view.system
     assert all(m["role"] != "system" for m in view.messages)
     blocks = await anthropic.view_for(
         ContextFold(max_tokens=3000, compaction_notice_role="system"),
@@ -73,7 +75,9 @@ async def test_a_system_role_notice_joins_the_system_prompt() -> None:
         system=[{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}],
     )
     assert blocks.system[0]["cache_control"] == {"type": "ephemeral"}
-    assert blocks.system[1]["text"].startswith("<context-compaction>")
+    texts = [block["text"] for block in blocks.system[1:]]
+    assert texts[0].startswith("<context-ledger>")
+    assert texts[-1].startswith("<context-compaction>")
 
 
 async def test_sdk_typed_blocks_are_taken_and_sent_back_as_plain_dicts() -> None:

@@ -138,7 +138,10 @@ async def test_cleared_results_and_notice_text_as_the_view_carries_them() -> Non
     state = context._state
     notice = state.sticky.notice
     last = inspection.passes[-1]
-    assert notice is not None and last.notice == notice["content"]
+    # The ledger's pages stand right before the notice: the notice's slot carries both.
+    pages = [page["content"] for page in state.sticky.state.ledger.pages]
+    assert pages and notice is not None
+    assert last.notice == "\n".join([*pages, notice["content"]])
     # Dropped ranges are named by recall ids the notice can name too.
     for first, final in last.dropped:
         assert 0 <= first <= final < len(inspection.messages)

@@ -129,7 +129,7 @@ def test_the_default_ladder_is_todays() -> None:
         "strip_thinking",
         "truncate_tool_results",
         "truncate_long_text",
-        "drop_oldest",
+        "drop_least_used",
     ]
 
 
@@ -185,6 +185,7 @@ def test_every_rung_is_registered_by_its_name() -> None:
         "clear_tool_results",
         "summarize",
         "drop_oldest",
+        "drop_least_used",
     }
     for name, cls in RUNGS.items():
         assert cls().name == name
@@ -566,10 +567,12 @@ def test_the_notice_names_the_ids_of_removed_messages() -> None:
     notice = outcome.notice["content"]
     removed = sorted(i for u in outcome.state.removed_units for i in history.units[u].entries)
     assert removed, "the pass must remove something"
-    # Each removed call group is one line naming its id range: assistant + result.
+    # Each removed call group is one line naming its ids, each on its own (a range would
+    # not say which message to recall): assistant, result.
     for unit in sorted(outcome.state.removed_units):
         entries = history.units[unit].entries
-        assert f"- r{entries[0]}-r{entries[-1]}: assistant called lookup(" in notice
+        ids = ",".join(f"r{i}" for i in entries)
+        assert f"- {ids}: assistant called lookup(" in notice
 
 
 def test_an_elided_digest_still_names_the_ids_it_leaves_out() -> None:
@@ -588,7 +591,7 @@ def test_an_elided_digest_still_names_the_ids_it_leaves_out() -> None:
     notice = outcome.notice["content"]
     elision = re.search(r"- \.\.\. (\d+) more item\(s\) \(r(\d+)-r(\d+)\) \.\.\.", notice)
     assert elision, notice
-    shown = {int(n) for n in re.findall(r"^- r(\d+)-r\d+:", notice, flags=re.M)}
+    shown = {int(n) for n in re.findall(r"^- r(\d+),r\d+:", notice, flags=re.M)}
     low, high = int(elision.group(2)), int(elision.group(3))
     assert shown and all(n < low or n > high for n in shown)
 

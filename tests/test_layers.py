@@ -28,6 +28,8 @@ LAYERS: dict[str, int] = {
     "prices": 1,
     "costing": 1,
     "context_editing": 1,
+    "readable": 1,
+    "identifiers": 1,
     "messages": 2,
     "common_shapes": 2,
     "cache_marks": 2,

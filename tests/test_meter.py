@@ -220,8 +220,9 @@ async def test_good_figures_of_other_numeric_types_are_read() -> None:
 
 async def _schema_session(schemas: int, budget: int, *, turns: int = 40) -> dict:
     """A tool loop whose provider bills each request's messages exactly (o200k) plus
-    ``schemas`` tokens of tool schemas, reported as usage after every request."""
-    ctx = ContextFold(token_counter="calibrated")
+    ``schemas`` tokens of tool schemas, reported as usage after every request. No ledger:
+    its pages grow with what passes take out, and the comparison is of the counters."""
+    ctx = ContextFold(token_counter="calibrated", ledger_share=0)
     await ctx.add_message({"role": "system", "content": "You are terse."})
     await ctx.add_message({"role": "user", "content": "Look up the items."})
     compactions, billed = 0, []

@@ -154,7 +154,7 @@ def test_a_pass_over_short_messages_looks_at_none_of_them(monkeypatch) -> None:
             await context.add_message({"role": "assistant", "content": f"Item {turn} is ok."})
         await context.get_messages_for_request(token_budget=1_000)
         assert context.last_report.compacted
-        assert context.last_report.applied == ["drop_oldest"]
+        assert context.last_report.applied == ["drop_least_used"]
 
     asyncio.run(run())
     assert looked == []

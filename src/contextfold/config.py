@@ -37,6 +37,11 @@ NOTICE_VERBOSITY_ALIASES = {"verbose": "normal"}
 
 DEFAULT_COMPACT_THRESHOLD = 0.92
 DEFAULT_TARGET_USAGE = 0.50
+# The identifier ledger's room (docs/configuration.md has the measurements behind it): a
+# share of the budget, and at least a floor of tokens where that is at most a fifth of it.
+DEFAULT_LEDGER_SHARE = 0.12
+DEFAULT_LEDGER_MIN_TOKENS = 800
+MAX_LEDGER_SHARE = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +72,7 @@ class ContextConfig:
         "strip_thinking",
         "truncate_tool_results",
         "truncate_long_text",
-        "drop_oldest",
+        "drop_least_used",
     )
     # The compaction notice the model reads in place of what was compacted.
     compaction_notice_enabled: bool = True
@@ -76,6 +81,12 @@ class ContextConfig:
     compaction_notice_verbosity: str = "normal"
     # No notice for a pass whose level is below this (0 and 1: every pass has one).
     compaction_notice_min_level: int = 0
+    # The identifier ledger's share of the budget (0: no ledger), and its floor in tokens
+    # (never more than a fifth of the budget).
+    ledger_share: float = DEFAULT_LEDGER_SHARE
+    ledger_min_tokens: int = DEFAULT_LEDGER_MIN_TOKENS
+    # A pass compacts the turns before the current human prompt first (compaction.planner).
+    compact_older_tasks_first: bool = True
     # Token counting and the real-usage meter.
     token_meter: str = "estimate"
     token_counter: str = "calibrated"
@@ -141,6 +152,15 @@ class ContextConfig:
                 f"{', '.join(NOTICE_VERBOSITIES)} ('verbose' is read as 'normal')."
             )
         _check_int_at_least("compaction_notice_min_level", self.compaction_notice_min_level, 0)
+        _check_bool("compact_older_tasks_first", self.compact_older_tasks_first)
+        _check_fraction("ledger_share", self.ledger_share, allow_zero=True)
+        _check_int_at_least("ledger_min_tokens", self.ledger_min_tokens, 0)
+        if self.ledger_share > MAX_LEDGER_SHARE:
+            raise ConfigError(
+                f"ledger_share={shown(self.ledger_share)} leaves too little of the budget for "
+                f"the conversation: use at most {MAX_LEDGER_SHARE} (default "
+                f"{DEFAULT_LEDGER_SHARE}; 0 turns the ledger off)."
+            )
         if self.token_model is not None and not _is_str(self.token_model):
             raise ConfigError(
                 f"token_model must be a model name string, got {shown(self.token_model)}."

@@ -12,7 +12,8 @@ the last pass before it and the messages appended since.
 What a view item says of a message: ``kept`` (sent as admitted), ``shortened``, ``cleared``
 (a tool result replaced by its placeholder), ``thinking`` (earlier thinking left out); what
 the pass took out is listed as ``dropped`` and ``summarized`` ranges of recall ids, beside
-the notice and the summary as the view carries them (any ledger the notice holds included).
+the notice and the summary as the view carries them (the identifier ledger's pages, which
+stand right before the notice, included in its text).
 """
 
 from __future__ import annotations
@@ -225,7 +226,9 @@ def pass_view(history: History, record: PassRecord, preview_chars: int = PREVIEW
     anchor = first_affected_unit(history, state)
     summary_at = state.summarized_units.first() if state.summary is not None else None
     layout: list[tuple[int, int]] = []
-    placed = record.notice is None
+    # The ledger's pages stand right before the notice (`assemble_view`): one slot for both.
+    pages = state.ledger.pages
+    placed = record.notice is None and not pages
 
     def add(index: int) -> None:
         if layout and layout[-1][1] == index and layout[-1][0] >= 0:
@@ -261,8 +264,13 @@ def pass_view(history: History, record: PassRecord, preview_chars: int = PREVIEW
         changed=changed,
         dropped=_entry_ranges(history, _runs_without(removed_runs, summarized_runs)),
         summarized=_entry_ranges(history, summarized_runs),
-        notice=_full_text(record.notice),
-        notice_tokens=record.notice_cost,
+        notice="\n".join(
+            [
+                *(_full_text(page) for page in pages),
+                *([_full_text(record.notice)] if record.notice else []),
+            ]
+        ),
+        notice_tokens=record.notice_cost + state.ledger.cost,
         summary=_full_text(state.summary),
         level=state.level,
         rungs=dict(state.rungs_used),

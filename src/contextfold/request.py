@@ -49,6 +49,13 @@ logger = logging.getLogger(__name__)
 # The notice's reserve is at most this share of the budget: a small window must not spend
 # most of itself telling the model what it no longer sees.
 NOTICE_MAX_SHARE = 0.10
+# With the identifier ledger on, the ledger lists what was taken out (values and the ids of
+# the messages holding them) and the notice's digest of removed turns says much the same:
+# the notice takes at most this share, so the two together stay a modest part of a window.
+NOTICE_MAX_SHARE_WITH_LEDGER = 0.04
+NOTICE_MIN_TOKENS_WITH_LEDGER = 200
+# The ledger's floor (``ledger_min_tokens``) takes at most this share of a budget.
+LEDGER_FLOOR_MAX_SHARE = 0.20
 
 
 def pass_settings(config: ContextConfig) -> PassSettings:
@@ -61,6 +68,7 @@ def pass_settings(config: ContextConfig) -> PassSettings:
         notice_enabled=config.compaction_notice_enabled,
         notice_verbosity=config.compaction_notice_verbosity,
         notice_min_level=config.compaction_notice_min_level,
+        older_tasks_first=config.compact_older_tasks_first,
     )
 
 
@@ -93,11 +101,27 @@ class RequestPlanner:
 
     def notice_reserve(self, budget: int) -> int:
         """Tokens set aside for the notice: the configured reserve, at most a tenth of the
-        budget (a 600-token window must not spend 500 of them on the notice)."""
+        budget (a 600-token window must not spend 500 of them on the notice), a
+        twenty-fifth with the ledger on (it lists what the notice's digest would)."""
         cfg = self.config
         if not cfg.compaction_notice_enabled:
             return 0
-        return min(cfg.compaction_notice_token_reserve, math.floor(budget * NOTICE_MAX_SHARE))
+        reserve = min(cfg.compaction_notice_token_reserve, math.floor(budget * NOTICE_MAX_SHARE))
+        if cfg.ledger_share > 0:
+            # Still room for the header and a few lines of digest in a small window.
+            share = math.floor(budget * NOTICE_MAX_SHARE_WITH_LEDGER)
+            reserve = min(reserve, max(share, NOTICE_MIN_TOKENS_WITH_LEDGER))
+        return reserve
+
+    def ledger_room(self, budget: int) -> int:
+        """Tokens the identifier ledger may take: ``ledger_share`` of the budget, and at
+        least ``ledger_min_tokens`` where that is at most a fifth of it (a small window's
+        ledger still lists the values most likely needed); 0 with the ledger off."""
+        cfg = self.config
+        if cfg.ledger_share <= 0:
+            return 0
+        floor = min(cfg.ledger_min_tokens, math.floor(budget * LEDGER_FLOOR_MAX_SHARE))
+        return max(math.floor(budget * cfg.ledger_share), floor)
 
     def header_cost(self, state: ContextState) -> int:
         """What the smallest notice costs, counted once per role (`notice_header_cost`)."""
@@ -319,6 +343,8 @@ class RequestPlanner:
                     budget_raw=raw(budget),
                     retained=retained,
                     notice_reserve=reserve,
+                    values=sticky.values if cfg.ledger_share > 0 else None,
+                    ledger_raw=math.floor(self.ledger_room(budget) / ratio),
                 ),
                 request_raw,
             )
@@ -333,6 +359,8 @@ class RequestPlanner:
                 or result.state.removed_units != previous.removed_units
                 or result.state.truncated.keys() != previous.truncated.keys()
                 or result.notice_cost != sticky.notice_cost
+                # A pass that only gave the ledger's room back to the budget changed the view.
+                or result.state.ledger.pages != previous.ledger.pages
             )
             if restore:
                 # Retention is per request, never a pin: this request carries the reminder
@@ -402,7 +430,9 @@ class RequestPlanner:
         result = run_pass(history, base, self.counter, self.settings, plan)
         if summaries is not None and result.state.pending_summary:
             budget_raw = (plan.budget_raw or 0) - request_raw
-            folded = await summaries.fold(history, result, budget_raw, blocks, state.summary_events)
+            folded = await summaries.fold(
+                history, result, budget_raw, blocks, state.summary_events, plan.values
+            )
             if folded is None:
                 plan = replace(plan, ladder=without_summaries(self.ladder))
                 folded = run_pass(history, base, self.counter, self.settings, plan)

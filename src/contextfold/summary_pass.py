@@ -20,6 +20,7 @@ from .compaction.working import FoldState
 from .errors import ConfigError
 from .events import SUMMARY
 from .history import History
+from .ledger import ValueIndex, check_summary
 from .summaries import (
     InMemorySummaryStore,
     Summarizer,
@@ -121,9 +122,12 @@ class SummaryPass:
         budget_raw: int,
         blocks: Sequence[tuple[int, ...]],
         events: Events,
+        values: ValueIndex | None = None,
     ) -> PassResult | None:
-        """Fold the turns the pass summarized into the summary the view carries. None when
-        the summarizer failed or its summary would not fit: the caller plans the pass
+        """Fold the turns the pass summarized into the summary the view carries, checked
+        against the values of its span (`ledger.check_summary`: what the summary leaves out
+        is appended verbatim with recall ids, as room allows, or goes to the ledger). None
+        when the summarizer failed or its summary would not fit: the caller plans the pass
         again without the summarize rung (see `without_summaries`)."""
         state = result.state
         pending = state.pending_summary
@@ -158,15 +162,25 @@ class SummaryPass:
         event: dict[str, Any] = {"covers": len(ids), "calls": calls, "reused": reused}
         event["written"] = written
         if failed is None and record is not None:
-            message = summary_message(record.text, record.history_ids)
-            cost = self.counter.count_message(message)
-            raw_total = result.raw_total + cost - state.summary_cost
+            size = self.folder.max_output_tokens
+            # Room for the values the summary leaves out: what it left of its own size, and
+            # a quarter of that size besides (the view must still fit the budget).
+            room = size // 4 + max(0, size - self.counter.count_text(record.text))
+            for allowance in (room, 0):
+                check = check_summary(values, history, record.text, ids, state.ledger, allowance)
+                message = summary_message(record.text, record.history_ids, check.appendix)
+                cost = self.counter.count_message(message)
+                raw_total = result.raw_total + cost - state.summary_cost
+                if raw_total + result.notice_cost <= budget_raw:
+                    break
             if raw_total + result.notice_cost <= budget_raw:
                 state.summary, state.summary_record = message, record
                 state.summary_cost = cost
+                state.ledger = check.ledger
                 state.pending_summary.clear()
                 result.raw_total = raw_total
                 ranges = id_ranges(record.history_ids)
+                event["appended"], event["to_ledger"] = check.appended, check.to_ledger
                 events.append((SUMMARY, {**event, "tokens": cost, "ids": ranges}))
                 return result
             failure = {"reason": "does_not_fit", "detail": f"{cost} tokens"}

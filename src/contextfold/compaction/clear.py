@@ -55,6 +55,10 @@ class ClearToolResults:
         results = [i for i in work.kept_entries() if entries[i].info.kind is Kind.TOOL_RESULT]
         if self.keep_last:
             results = results[: -self.keep_last]
+        if work.uses is not None:
+            # The results the conversation drew from least recently go first.
+            uses = work.uses
+            results.sort(key=lambda i: (uses.last_use(i), i))
         # Plan first, then clear: `clear_at_least` judges the whole pass, not each message.
         planned: list[tuple[int, dict, int]] = []
         freed = 0

@@ -18,7 +18,14 @@ from typing import Any
 from ..errors import ConfigError
 from ..shown import shown
 from .clear import ClearToolResults
-from .rungs import DropOldest, Rung, StripEarlierThinking, TruncateLongText, TruncateToolResults
+from .rungs import (
+    DropLeastUsed,
+    DropOldest,
+    Rung,
+    StripEarlierThinking,
+    TruncateLongText,
+    TruncateToolResults,
+)
 from .summarize import Summarize
 
 #: rung name -> the class that builds it from its settings (keyword arguments)
@@ -31,6 +38,7 @@ RUNGS: dict[str, type] = {
         ClearToolResults,
         Summarize,
         DropOldest,
+        DropLeastUsed,
     )
 }
 
@@ -39,7 +47,7 @@ DEFAULT_STRATEGIES: tuple[str, ...] = (
     "strip_thinking",
     "truncate_tool_results",
     "truncate_long_text",
-    "drop_oldest",
+    "drop_least_used",
 )
 
 

@@ -48,7 +48,7 @@ def build_notice(
     """
     # A summary speaks for the summarized units; the notice for the rest of the removed.
     dropped_units = len(state.removed_units) - len(state.summarized_units)
-    if not dropped_units and not state.shortened:
+    if not dropped_units and not state.shortened and not state.ledger.pages:
         return None
     metadata = {"source": NOTICE_SOURCE, "compaction_notice": True}
     if verbosity == "minimal":
@@ -69,6 +69,15 @@ def build_notice(
             f"- {len(state.shortened)} older message(s) were shortened or cleared (each "
             "marked, with the id that recalls it)."
         )
+    ledger = state.ledger
+    if ledger.entries or ledger.unlisted:
+        line = f"- The ledger above lists {len(ledger.entries)} value(s) taken out"
+        if ledger.unlisted:
+            line += (
+                f"; about {ledger.unlisted} more are not listed (context_recall with a "
+                "message's id returns it whole)"
+            )
+        head.append(line + ".")
     head.append(SEARCH_LINE)
     tail = ["</context-compaction>"]
     budget_chars = reserve_tokens * CHARS_PER_TOKEN - sum(len(line) + 1 for line in head + tail)
@@ -160,7 +169,7 @@ def _lines(history: History, units: Iterable[int], *, reverse: bool = False) -> 
 
 def _unit_lines(history: History, unit_index: int) -> list[str]:
     """One line per prompt, reply, call and note of a removed unit; the first names the
-    ids of all its messages, a range for a call group (``r12-r15``), so the model can
+    ids of all its messages, each written out (``r12,r13``), so the model can
     recall any of them. Made once per unit (`History.digest_lines`): a pass describes the
     first removed turns again, and the ones the last pass removed."""
     entries = history.units[unit_index].entries
@@ -200,12 +209,8 @@ def _describe_unit(history: History, entries: list[int]) -> list[str]:
 
 
 def _id_span(entries: list[int]) -> str:
-    """The ids of a unit's messages: ``r7``, or ``r12-r15`` when they run consecutively."""
-    low, high = min(entries), max(entries)
-    if low == high:
-        return recall_id(low)
-    if high - low + 1 == len(entries):
-        return f"{recall_id(low)}-{recall_id(high)}"
+    """The ids of a unit's messages, each written out (``r12,r13``): a range would say only
+    that one of its messages held something, not which one to recall."""
     return ",".join(recall_id(i) for i in sorted(entries))
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..history import History
+from ..ledger import MAX_HOLDERS, LedgerPlan, ValueIndex, extend, shrunk, taken_values
 from ..tokens import TokenCounter
 from .newest_results import shorten_newest_results
 from .notice import build_notice
@@ -44,8 +45,10 @@ def view_raw_total(history: History, state: FoldState) -> int:
     """Raw tokens of the kept messages of ``state`` and its summary (a scan of the view)."""
     units = history.units
     truncated = state.truncated
-    return state.summary_cost + sum(
-        history.unit_cost(units[u], truncated) for u in state.kept_units(len(units))
+    return (
+        state.summary_cost
+        + state.ledger.cost
+        + sum(history.unit_cost(units[u], truncated) for u in state.kept_units(len(units)))
     )
 
 
@@ -61,6 +64,8 @@ class PassSettings:
     notice_enabled: bool = True
     notice_verbosity: str = "normal"
     notice_min_level: int = 0
+    # Compact the turns before the current human prompt first (see `run_pass`).
+    older_tasks_first: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +95,10 @@ class PassPlan:
     summary_free_blocks: int = 0
     sticky_raw: int | None = None
     header_cost: int | None = None
+    # The identifier ledger: the index of the conversation's values (kept by the caller
+    # across passes) and the ledger's room in raw tokens (0: no ledger).
+    values: ValueIndex | None = None
+    ledger_raw: int = 0
 
 
 def run_pass(
@@ -112,6 +121,11 @@ def run_pass(
         limit_raw = target_raw
     if budget_raw is None:
         budget_raw = max(limit_raw, target_raw) + notice_reserve
+    if sticky.ledger.cost:
+        # The ledger rides on top of the target, as the notice on its reserve: what it lists
+        # must not cost the current task its messages (`contextfold eval`, long-horizon at
+        # 8,000 tokens: 95% of the near facts in view instead of 93%, at the same cost).
+        target_raw = min(target_raw + sticky.ledger.cost, limit_raw)
     state = sticky.copy()
     # Content the request must carry complete (a retained reminder), and pinned messages
     # (an earlier pass compacted them, or they yielded to the budget: they get another
@@ -128,6 +142,11 @@ def run_pass(
             restored = True
 
     relaxation = Relaxation.NONE
+    uses = plan.values
+    if uses is not None:
+        # Read what was admitted since the last pass; forget what committed passes took out.
+        uses.forget(history, sticky.removed_units)
+        uses.catch_up(history, state.kept_units(len(history.units)))
 
     def protect() -> Protection:
         return compute_protection(
@@ -153,6 +172,7 @@ def run_pass(
         limit_raw=limit_raw,
         summary_blocks=list(plan.summary_blocks),
         summary_free_blocks=plan.summary_free_blocks,
+        uses=uses,
     )
     if not notice_enabled or not history.units:
         header_cost = 0
@@ -165,7 +185,19 @@ def run_pass(
     room_raw = (target_raw + limit_raw) // 2
     goal_raw = max(0, min(room_raw, budget_raw - header_cost))
     started_above_limit = work.raw_total > limit_raw
-    level = _run_ladder(work, ladder, target_raw, limit_raw, protect)
+    level = 0
+    current_task = history.last_human
+    if settings.older_tasks_first and current_task is not None:
+        # What costs the model nothing (earlier turns' thinking, level 0) goes first, from
+        # the whole view; then the older tasks (everything before the current human
+        # prompt) are compacted with the whole ladder, before anything of the current task
+        # is shortened or removed; then the whole view.
+        lossless = [rung for rung in ladder if getattr(rung, "level", 1) == 0]
+        level = _run_ladder(work, lossless, target_raw, limit_raw, protect)
+        work.scope_end = current_task
+        level = max(level, _run_ladder(work, ladder, target_raw, limit_raw, protect))
+        work.scope_end = None
+    level = max(level, _run_ladder(work, ladder, target_raw, limit_raw, protect))
     while relaxation < Relaxation.CURRENT_PROMPT_TURNS and (
         work.raw_total + header_cost > budget_raw
         or (started_above_limit and work.raw_total > room_raw)
@@ -174,6 +206,14 @@ def run_pass(
         work.protection = protect()
         work.limit_raw = goal_raw
         level = max(level, _run_ladder(work, ladder, goal_raw, goal_raw, protect))
+    # Still over the budget with every soft protection gone: the ledger gives way first (it
+    # must never cost a request).
+    excess = work.raw_total + header_cost - budget_raw
+    if excess > 0 and state.ledger.cost:
+        _set_ledger(
+            work,
+            shrunk(state.ledger, history, state.ledger.cost - excess, notice_role, counter),
+        )
     # Pinned messages yield last, and only to the budget itself: the notice can go instead,
     # so they give way only when the messages alone are over it, and only as far as it.
     pins_yielded = False
@@ -183,12 +223,21 @@ def run_pass(
         work.protection = protect()
         work.limit_raw = budget_raw
         level = max(level, _run_ladder(work, ladder, budget_raw, budget_raw, protect))
-    # Still over the budget with every soft protection gone: the newest group's results are
-    # shortened in the view, as far as the budget needs, before the request is refused.
+    # Still over the budget: the newest group's results are shortened in the view, as far
+    # as the budget needs, before the request is refused.
     if work.raw_total > budget_raw and shorten_newest_results(work, budget_raw):
         relaxation = Relaxation.NEWEST_RESULTS_SHORTENED
         level = max(level, TruncateToolResults.level)
     state.level = max(state.level, level)
+    if uses is not None and plan.ledger_raw > 0:
+        # What this pass took out of the view goes to the ledger, within its share of the
+        # budget and never past half the room the pass left.
+        fresh = taken_values(
+            uses, history, _taken_out(history, sticky, state), _shown_by(work), state.ledger.listed
+        )
+        room = max(0, budget_raw - work.raw_total - header_cost) // 2
+        ledger_plan = LedgerPlan(plan.ledger_raw, min(room, plan.ledger_raw), notice_role)
+        _set_ledger(work, extend(state.ledger, history, fresh, ledger_plan, counter))
     # The notice takes at most half the room left under the budget: where protection holds
     # the view near the budget, a notice filling the rest would put the next request over
     # it and compact every request. There it shrinks, or leaves (see `_fitted_notice`).
@@ -214,6 +263,60 @@ def run_pass(
         relaxation=relaxation,
         pins_yielded=pins_yielded,
     )
+
+
+def _set_ledger(work: WorkingView, ledger: Any) -> None:
+    work.raw_total += ledger.cost - work.state.ledger.cost
+    work.state.ledger = ledger
+
+
+def _taken_out(history: History, sticky: FoldState, state: FoldState) -> list[int]:
+    """Messages the pass took out of the view (their units removed, not summarized: a
+    summary is checked against its own span), or shortened or cleared in it."""
+    units = history.units
+    taken: list[int] = []
+    removed, summarized = state.removed_units, state.summarized_units
+    for unit in sticky.kept_units(len(units)):
+        if unit in removed and unit not in summarized:
+            taken.extend(units[unit].entries)
+    taken.extend(i for i in state.shortened if i not in sticky.shortened)
+    return taken
+
+
+def _shown_by(work: WorkingView) -> Callable[[str], bool]:
+    """Whether the view as the pass leaves it still shows a value: a message in it holds
+    the value (a shortened one in the text it kept), or the value is too common to track."""
+    uses = work.uses
+    assert uses is not None
+    state, entries = work.state, work.history.entries
+    removed, truncated = state.removed_units, state.truncated
+    texts: dict[int, str] = {}
+
+    def shows(value: str) -> bool:
+        holders = uses.holders(value)
+        if len(holders) > MAX_HOLDERS:
+            return True
+        for holder in holders:
+            if entries[holder].unit in removed:
+                continue
+            swap = truncated.get(holder)
+            if swap is None or holder not in state.shortened:
+                return True
+            text = texts.get(holder)
+            if text is None:
+                text = texts[holder] = _text_of(swap[0])
+            if value in text:
+                return True
+        return False
+
+    return shows
+
+
+def _text_of(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    return repr(content)
 
 
 def _run_ladder(
@@ -300,8 +403,8 @@ def assemble_view(
 ) -> list[dict[str, Any]]:
     """The messages of the view: kept units in order, shortened messages swapped in,
     view-only results after their group, the summary where its first turn was, and the
-    notice placed before the first kept unit after the first compacted spot (never inside
-    a tool-call group). Walks the view's units only."""
+    ledger's pages and the notice placed before the first kept unit after the first
+    compacted spot (never inside a tool-call group). Walks the view's units only."""
     anchor = first_affected_unit(history, state)
     # The summary with the unit it goes before, and the notice: each until it is placed.
     summary = None
@@ -309,16 +412,22 @@ def assemble_view(
         summary_at = state.summarized_units.first()
         summary = (summary_at, state.summary) if summary_at is not None else None
     view: list[dict[str, Any]] = []
+    placed = notice is None and not state.ledger.pages
     entries = history.entries
     units = history.units
     truncated = state.truncated
+    pages = state.ledger.pages
     for unit_index in state.kept_units(len(units)):
         if summary is not None and unit_index > summary[0]:
             view.append(summary[1])
             summary = None
-        if notice is not None and unit_index >= anchor:
-            view.append(notice)
-            notice = None
+        if not placed and unit_index >= anchor:
+            # The ledger's pages, then the notice: the pages change only when one is added,
+            # so the prefix up to the notice stays as it was between passes.
+            view.extend(pages)
+            if notice is not None:
+                view.append(notice)
+            placed = True
         unit = units[unit_index]
         for i in unit.entries:
             swap = truncated.get(i)
@@ -331,8 +440,10 @@ def assemble_view(
         view.extend(unit.synthetic)
     if summary is not None:
         view.append(summary[1])
-    if notice is not None:
-        view.append(notice)
+    if not placed:
+        view.extend(pages)
+        if notice is not None:
+            view.append(notice)
     return view
 
 

@@ -200,11 +200,47 @@ class DropOldest:
             work.remove_units(candidates[:leaving], work.raw_total - total, self.name)
 
 
+@dataclass(frozen=True)
+class DropLeastUsed:
+    """Remove the units the conversation drew from least recently, whole.
+
+    A unit's last use is the newest message that wrote one of its values again (the agent
+    copying an id out of a listing into a call, the user naming it), or its own last message
+    when nothing did: a listing the agent keeps drawing ids from stays in the view while
+    the pages it never used since leave first, whatever their age. Without an index of the
+    conversation's values (the ledger off) this is `DropOldest`. Removals pay as for
+    `DropOldest`: above the trigger, or when they reach the target.
+    """
+
+    name: ClassVar[str] = "drop_least_used"
+    level: ClassVar[int] = 3
+
+    def apply(self, work: WorkingView, target_raw: int) -> None:
+        units = work.history.units
+        unit_cost = work.history.unit_cost
+        truncated = work.state.truncated
+        candidates = [u for u in work.kept_units() if not work.protection.unit_reason(u)]
+        if work.uses is not None:
+            candidates.sort(key=lambda u: (work.unit_last_use(u), u))
+        costs = [unit_cost(units[u], truncated) for u in candidates]
+        reaches_target = work.raw_total - sum(costs) <= target_raw
+        stop_at = target_raw if reaches_target else max(target_raw, work.limit_raw)
+        total = work.raw_total
+        leaving = 0
+        for cost in costs:
+            if total <= stop_at:
+                break
+            total -= cost
+            leaving += 1
+        if leaving:
+            work.remove_units(candidates[:leaving], work.raw_total - total, self.name)
+
+
 DEFAULT_LADDER: tuple[Rung, ...] = (
     StripEarlierThinking(),
     TruncateToolResults(),
     TruncateLongText(),
-    DropOldest(),
+    DropLeastUsed(),
 )
 
 

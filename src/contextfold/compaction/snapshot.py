@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..history import Unit
+from ..ledger import EMPTY, Ledger
 from ..summaries import SummaryRecord
 from .unitset import UnitSet
 from .working import FoldState
@@ -42,6 +43,7 @@ def snapshot(
         "summary": state.summary,
         "summary_cost": state.summary_cost,
         "summary_record": state.summary_record.to_dict() if state.summary_record else None,
+        "ledger": state.ledger.to_dict() if state.ledger.pages or state.ledger.pool else None,
         "notice": notice,
         "notice_cost": notice_cost,
         "missed_target_at": missed_target_at,
@@ -56,7 +58,7 @@ def restore(
 
     Raises ValueError for a document of another version or shape: the caller then plans
     afresh (a snapshot is an optimisation, history is the record). Documents written before
-    the sets were stored as runs (plain index lists) are read too.
+    the sets were stored as runs (plain index lists), or before the ledger, are read too.
     """
     if document.get("version") != SNAPSHOT_VERSION:
         raise ValueError(f"compaction snapshot version {document.get('version')!r} is unknown")
@@ -70,6 +72,7 @@ def restore(
     if not isinstance(removed_messages, int) or not isinstance(summarized_messages, int):
         removed_messages = sum(len(units[u].entries) for u in removed)
         summarized_messages = sum(len(units[u].entries) for u in summarized)
+    ledger = document.get("ledger")
     state = FoldState(
         removed_units=removed,
         truncated={int(i): (m, int(cost)) for i, (m, cost) in document["truncated"].items()},
@@ -83,8 +86,21 @@ def restore(
         summary_record=SummaryRecord.from_dict(record) if record else None,
         removed_messages=removed_messages,
         summarized_messages=summarized_messages,
+        ledger=_ledger(ledger, units),
     )
     return state, document["notice"], int(document["notice_cost"]), document["missed_target_at"]
+
+
+def _ledger(stored: Any, units: Sequence[Unit]) -> Ledger:
+    """The stored ledger, checked to name only messages this history has."""
+    if not stored:
+        return EMPTY
+    ledger = Ledger.from_dict(stored)
+    size = sum(len(unit.entries) for unit in units)
+    sources = [e.source for e in (*ledger.entries, *ledger.pool, *ledger.carried)]
+    if any(not 0 <= source < size for source in (*sources, *ledger.named)):
+        raise ValueError("compaction snapshot's ledger names messages this history does not have")
+    return ledger
 
 
 def _unit_set(stored: Any) -> UnitSet:

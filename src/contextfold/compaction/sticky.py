@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..history import Appended, History
+from ..ledger import ValueIndex
 from .cadence import Cadence
 from .planner import PassResult, assemble_view, view_raw_total
 from .working import FoldState
@@ -39,6 +40,9 @@ class StickyView:
     missed_target_at: int | None = None
     cadence: Cadence = field(default_factory=Cadence)  # how often passes come
     summaries_adopted: bool = False  # a resumed history takes up its stored summary once
+    # The values of the history's messages and what the agent did with them, read as
+    # passes need them (for the ledger and for which results are still in use).
+    values: ValueIndex = field(default_factory=ValueIndex)
     # The pins this view was planned with: a pin added since, on a message the view has
     # compacted, makes the next request plan again to bring it back.
     pins_seen: frozenset[int] = frozenset()

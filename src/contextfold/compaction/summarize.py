@@ -224,9 +224,10 @@ def _never_summarized(history: History, unit: Unit) -> bool:
     return False
 
 
-def summary_message(text: str, history_ids: Iterable[int]) -> dict[str, Any]:
-    """The message the view carries in place of the summarized turns."""
-    framed = _FRAME_TAG.sub("&lt;", text)
+def summary_message(text: str, history_ids: Iterable[int], appendix: str = "") -> dict[str, Any]:
+    """The message the view carries in place of the summarized turns: the summary, and the
+    values the check found it leaves out (`ledger.check_summary`), inside one frame."""
+    framed = _FRAME_TAG.sub("&lt;", f"{text}\n{appendix}" if appendix else text)
     return {
         "role": "user",
         "content": f"{SUMMARY_OPEN.format(ids=id_ranges(history_ids))}\n{framed}\n{SUMMARY_CLOSE}",

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..history import History
+from ..ledger import EMPTY, Ledger, ValueIndex
 from ..tokens import TokenCounter
 from .protection import Protection
 from .unitset import UnitSet
@@ -45,6 +46,8 @@ class FoldState:
     # Messages in the removed and in the summarized units (for reports and the notice).
     removed_messages: int = 0
     summarized_messages: int = 0
+    # The identifier ledger the view carries (`contextfold.ledger`): immutable, shared.
+    ledger: Ledger = EMPTY
 
     def __post_init__(self) -> None:
         # Accept plain collections (tests, older callers) and keep one representation.
@@ -67,6 +70,7 @@ class FoldState:
             self.summary_record,
             removed_messages=self.removed_messages,
             summarized_messages=self.summarized_messages,
+            ledger=self.ledger,
         )
 
     @property
@@ -128,8 +132,14 @@ class WorkingView:
     # first not yet summarized) already have a record in the store, so cost no call.
     summary_blocks: list[tuple[int, ...]] = field(default_factory=list)
     summary_free_blocks: int = 0
+    # What the conversation shows about its values (which messages the agent drew from
+    # last), when the context keeps an index of them; None: rungs go by position alone.
+    uses: ValueIndex | None = None
+    # While set, the rungs work on the messages before this history index only (the older
+    # tasks, before the current human prompt); None: on the whole view.
+    scope_end: int | None = None
     changed: dict[str, int] = field(default_factory=dict)  # rung name -> changes this pass
-    _kept_entries: tuple[tuple[int, int], list[int]] | None = field(
+    _kept_entries: tuple[tuple[int, int, int | None], list[int]] | None = field(
         default=None, init=False, repr=False
     )
 
@@ -167,13 +177,26 @@ class WorkingView:
         self._count(rung, sum(len(entries) for _, entries in removed))
 
     def kept_units(self) -> list[int]:
-        return self.state.kept_units(len(self.history.units))
+        kept = self.state.kept_units(len(self.history.units))
+        end = self.scope_end
+        if end is None:
+            return kept
+        units = self.history.units
+        return [u for u in kept if units[u].start < end]
+
+    def unit_last_use(self, unit_index: int) -> int:
+        """The newest message that drew a value from the unit (its last message if none)."""
+        entries = self.history.units[unit_index].entries
+        uses = self.uses
+        if uses is None:
+            return max(entries)
+        return max(uses.last_use(i) for i in entries)
 
     def kept_entries(self) -> list[int]:
         """Entry indexes of the kept units, oldest first (history order)."""
         # Rungs that only shorten leave the kept units as they are, so the rungs of one
         # round share the list until a unit leaves (the removed set only grows in a pass).
-        key = (len(self.state.removed_units), len(self.history.units))
+        key = (len(self.state.removed_units), len(self.history.units), self.scope_end)
         if self._kept_entries is None or self._kept_entries[0] != key:
             units = self.history.units
             # Nearly sorted already (view order differs only around a reordered group), so
@@ -190,7 +213,13 @@ class WorkingView:
         removed = self.state.removed_units
         if len(indexes) <= len(self.history.units) - len(removed):
             entries = self.history.entries
-            return sorted(i for i in indexes if entries[i].unit not in removed)
+            end = len(entries) if self.scope_end is None else self.scope_end
+            units = self.history.units
+            return sorted(
+                i
+                for i in indexes
+                if entries[i].unit not in removed and units[entries[i].unit].start < end
+            )
         return [i for i in self.kept_entries() if i in indexes]
 
     def _count(self, rung: str, n: int = 1) -> None:

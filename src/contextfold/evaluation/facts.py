@@ -12,6 +12,8 @@ The rule (docs/eval.md states it in the same words):
    - inside every argument string and the step's own text (not its thinking): the
      identifier-like spans of `PATTERNS` (URLs, emails, paths, dates, amounts, ids and
      codes, quoted names).
+   The values and the patterns are `contextfold.identifiers`, which the identifier ledger
+   reads messages with too.
    Values shorter than three characters are never facts.
 3. A candidate is a *fact* when it occurs in a message before the step (not a system
    message) and in no system message before the step. "Occurs" means as a whole: the
@@ -27,55 +29,37 @@ The rule (docs/eval.md states it in the same words):
 from __future__ import annotations
 
 import bisect
-import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..conventions import is_human_prompt
-from .shapes import calls_of, is_system, message_text, role_of, visible_text
+from ..identifiers import (
+    MAX_VALUE_CHARS,
+    MIN_VALUE_CHARS,
+    PATTERNS,
+    call_values,
+    occurs,
+    whole_value,
+)
+from .shapes import is_system, message_text, role_of, visible_text
+
+__all__ = [
+    "DEFAULT_NEAR_TURNS",
+    "MAX_VALUE_CHARS",
+    "MIN_VALUE_CHARS",
+    "PATTERNS",
+    "Fact",
+    "FactRule",
+    "SessionFacts",
+    "Step",
+    "candidate_values",
+    "find_steps",
+    "occurs",
+    "whole_value",
+]
 
 DEFAULT_NEAR_TURNS = 10
-MIN_VALUE_CHARS = 3
-MAX_VALUE_CHARS = 300  # longer spans are prose, not values a step copies
-MAX_WHOLE_WORDS = 8  # a whole argument string of more words is read for its spans only
-
-# The identifier-like spans, in the order they are looked for; what one kind claims is not
-# looked at again by the next (a URL's path is not also a path).
-PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("url", re.compile(r"\bhttps?://[^\s\"'<>(){}\[\]|\\^`]+")),
-    ("email", re.compile(r"(?<![\w.+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")),
-    (
-        "path",
-        re.compile(
-            r"(?<![\w/.:-])(?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]+)*"
-            r"|(?<![\w/.:-])[\w.-]+(?:/[\w.-]+)+\.[A-Za-z0-9]{1,8}\b"
-        ),
-    ),
-    (
-        "date",
-        re.compile(
-            r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?"
-            r"|\b\d{1,2}/\d{1,2}/\d{4}\b"
-        ),
-    ),
-    (
-        "amount",
-        re.compile(r"(?<=[$€£¥])\s?\d[\d,]*(?:\.\d+)?|(?<![\w.])\d[\d,]*\.\d+(?!\w|\.\d)"),
-    ),
-    (
-        "id",
-        re.compile(
-            r"(?<![\w:#-])(?=[\w:#-]*\d)(?=[\w:#-]*[A-Za-z])[A-Za-z0-9][\w:#-]*[A-Za-z0-9]"
-            r"|(?<![\w.,-])\d{5,}(?![\w,-]|\.\d)"
-        ),
-    ),
-    ("quoted", re.compile(r"\"([^\"\n]{3,80})\"|'([^'\n]{3,80})'|“([^”\n]{3,80})”")),
-)
-# A whole argument string is a value when it holds one of these (a plain lowercase word
-# or phrase, "asc" or "documents", is an ordinary word, not an identifier).
-_IDENTIFIER_MARK = re.compile(r"[A-Z0-9._/@:#-]")
-_EDGE = r"[A-Za-z0-9]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,111 +118,10 @@ class FactRule:
             raise ValueError(f"near_turns must be 0 or more, got {self.near_turns}")
 
 
-def occurs(value: str, text: str) -> bool:
-    """Whether ``value`` occurs in ``text`` as a whole (no letter or digit joined to it)."""
-    if value not in text:
-        return False
-    return _whole(value).search(text) is not None
-
-
-_WHOLE_CACHE: dict[str, re.Pattern[str]] = {}
-
-
-def _whole(value: str) -> re.Pattern[str]:
-    pattern = _WHOLE_CACHE.get(value)
-    if pattern is None:
-        if len(_WHOLE_CACHE) > 50_000:
-            _WHOLE_CACHE.clear()
-        pattern = _WHOLE_CACHE[value] = re.compile(f"(?<!{_EDGE}){re.escape(value)}(?!{_EDGE})")
-    return pattern
-
-
 def candidate_values(message: Mapping[str, Any]) -> list[tuple[str, str]]:
     """``(value, kind)`` the rule's step 2 finds in an assistant message, first seen first,
-    each value once."""
-    found: dict[str, str] = {}
-    for _name, arguments, raw in calls_of(message):
-        if arguments is None and raw:
-            _spans(raw, found)  # arguments that are not JSON: read as text
-            continue
-        for leaf, kind in _argument_leaves(arguments):
-            if kind == "number":
-                for text in _number_forms(leaf):
-                    found.setdefault(text, "amount" if "." in text else "id")
-                continue
-            if whole_value(leaf):
-                found.setdefault(leaf.strip(), "argument")
-            _spans(leaf, found)
-    _spans(visible_text(message), found)
-    return [(v, kind) for v, kind in found.items() if MIN_VALUE_CHARS <= len(v) <= MAX_VALUE_CHARS]
-
-
-def whole_value(text: str) -> bool:
-    """Whether an argument string is itself one identifier-like value: one line, at most
-    `MAX_WHOLE_WORDS` words, holding a capital, a digit or one of ``._/@:#-``."""
-    stripped = text.strip()
-    return (
-        MIN_VALUE_CHARS <= len(stripped) <= MAX_VALUE_CHARS
-        and "\n" not in stripped
-        and len(stripped.split()) <= MAX_WHOLE_WORDS
-        and _IDENTIFIER_MARK.search(stripped) is not None
-    )
-
-
-def _argument_leaves(value: Any, depth: int = 0) -> Iterator[tuple[Any, str]]:
-    if depth > 64:
-        return
-    if isinstance(value, str):
-        yield value, "string"
-    elif isinstance(value, bool) or value is None:
-        return
-    elif isinstance(value, int | float):
-        yield value, "number"
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from _argument_leaves(item, depth + 1)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            yield from _argument_leaves(item, depth + 1)
-
-
-def _number_forms(number: int | float) -> list[str]:
-    """A number argument as the texts it may have been read from; none when too short to
-    be anything but a count or a flag."""
-    if isinstance(number, float):
-        if number != number or number in (float("inf"), float("-inf")):
-            return []
-        text = repr(number)
-        digits = sum(c.isdigit() for c in text)
-        if number.is_integer() and digits - 1 >= 4:
-            return [str(int(number)), text]
-        if digits < 3:
-            return []
-        return list(dict.fromkeys([text, f"{number:.2f}"]))
-    text = str(number)
-    return [text] if sum(c.isdigit() for c in text) >= 4 else []
-
-
-def _spans(text: str, found: dict[str, str]) -> None:
-    """Add the identifier-like spans of ``text`` to ``found``."""
-    if not text:
-        return
-    taken: list[tuple[int, int]] = []
-    for kind, pattern in PATTERNS:
-        for match in pattern.finditer(text):
-            start, end = match.span()
-            if any(start < b and a < end for a, b in taken):
-                continue
-            if kind == "quoted":
-                value = next(group for group in match.groups() if group is not None).strip()
-                if not whole_value(value):
-                    continue
-            else:
-                value = match.group().strip().rstrip(".,;:!?")
-            if kind == "amount":
-                value = value.strip()
-            taken.append((start, end))
-            found.setdefault(value, kind)
+    each value once (`identifiers.call_values`)."""
+    return call_values(message)
 
 
 class SessionFacts:

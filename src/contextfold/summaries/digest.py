@@ -1,10 +1,11 @@
 """A deterministic, extractive summary: what the offline summarizer answers.
 
-It keeps, in order, each user ask and each tool call with its arguments (the facts a run most
-often needs back), and the first words of every result and reply, one line each. It is
-bounded by a token limit: when the lines do not fit, every line is cut to fewer words, level
-by level, and only past the last level are lines left out, oldest first and the user's asks
-last (a line at the top counts them). The same text always gives the same digest, so records
+It keeps, in order, each user ask and each tool call with its arguments whole (the facts a run
+most often needs back: a call is never cut mid-argument), and the first words of every
+result and reply, one line each. It is bounded by a token limit: when the lines do not fit,
+asks, results and replies are cut to fewer words, level by level, and lines are left out,
+oldest first: results and replies, then calls, the user's asks last (a line at the top
+counts them). The same text always gives the same digest, so records
 made from it are stable across runs, and a digest folded with more messages stays within the
 same limit.
 """
@@ -154,7 +155,13 @@ def _without(lines: list[str], dropped: list[int], left_out: int) -> str:
 
 
 def _line(label: str, body: str, level: tuple[int, int, int]) -> str:
-    limit = level[_tier(label)]
+    tier = _tier(label)
+    if tier == 1:
+        # A call is kept whole: its name and arguments are the ids and values a later step
+        # needs, and an argument cut mid-value is a wrong value. Calls that do not fit are
+        # left out whole (counted), oldest first, after the results and replies.
+        return f"- {label}: {body}"
+    limit = level[tier]
     words = body.split(" ")
     shown = " ".join(words[:limit]) + (_ELLIPSIS if len(words) > limit else "")
     return f"- {label}: {shown}"

@@ -1,0 +1,350 @@
+"""Identifier-like values: what an agent copies from one message into a later one.
+
+One definition, read by the identifier ledger (`contextfold.ledger`, which keeps the values a
+compaction pass takes out of the view) and by the eval's fact rule
+(`contextfold.evaluation.facts`, which decides what a step needs), so the two never drift:
+
+- `PATTERNS`: the identifier-like spans of a text: URLs, emails, paths, dates, amounts, ids
+  and codes (letters and digits mixed, or five digits or more), quoted names;
+- `whole_value`: a whole argument string that reads as one identifier (one line, at most
+  `MAX_WHOLE_WORDS` words, holding a capital, a digit or one of ``._/@:#-``);
+- `number_forms`: a number argument as the texts it may have been read from (at least four
+  digits, or three and a decimal point; a float also with two decimals, as amounts are
+  written);
+- `occurs`: whether a value occurs in a text as a whole (no letter or digit joined to it:
+  ``ORD-4821`` does not occur in ``ORD-48213``).
+
+`call_values` is what an assistant message writes (its calls' arguments and its words);
+`held_values` what any message holds, line by line (the ledger groups a table's row).
+Values shorter than `MIN_VALUE_CHARS` are never values. Nothing here raises on a damaged
+message: what cannot be read is left out.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from bisect import bisect_right
+from collections.abc import Iterator, Mapping
+from functools import lru_cache
+from typing import Any
+
+from .readable import calls_of, content_texts, role_of, visible_text
+
+MIN_VALUE_CHARS = 3
+MAX_VALUE_CHARS = 300  # longer spans are prose, not values a step copies
+MAX_WHOLE_WORDS = 8  # a whole argument string of more words is read for its spans only
+# How much of one message `held_values` reads, and how many values it keeps of it.
+MAX_READ_CHARS = 16_000
+MAX_HELD_VALUES = 400
+_CACHED_CHARS = 16_000  # texts up to this long have their values cached by content
+
+# The identifier-like spans, in the order they are looked for; what one kind claims is not
+# looked at again by the next (a URL's path is not also a path).
+PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("url", re.compile(r"\bhttps?://[^\s\"'<>(){}\[\]|\\^`]+")),
+    ("email", re.compile(r"(?<![\w.+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")),
+    (
+        "path",
+        re.compile(
+            r"(?<![\w/.:-])(?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]+)*"
+            r"|(?<![\w/.:-])[\w.-]+(?:/[\w.-]+)+\.[A-Za-z0-9]{1,8}\b"
+        ),
+    ),
+    (
+        "date",
+        re.compile(
+            r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?"
+            r"|\b\d{1,2}/\d{1,2}/\d{4}\b"
+        ),
+    ),
+    (
+        "amount",
+        re.compile(r"(?<=[$€£¥])\s?\d[\d,]*(?:\.\d+)?|(?<![\w.])\d[\d,]*\.\d+(?!\w|\.\d)"),
+    ),
+    (
+        "id",
+        re.compile(
+            r"(?<![\w:#-])(?=[\w:#-]*\d)(?=[\w:#-]*[A-Za-z])[A-Za-z0-9][\w:#-]*[A-Za-z0-9]"
+            r"|(?<![\w.,-])\d{5,}(?![\w,-]|\.\d)"
+        ),
+    ),
+    ("quoted", re.compile(r"\"([^\"\n]{3,80})\"|'([^'\n]{3,80})'|“([^”\n]{3,80})”")),
+)
+# A whole argument string is a value when it holds one of these (a plain lowercase word
+# or phrase, "asc" or "documents", is an ordinary word, not an identifier).
+_IDENTIFIER_MARK = re.compile(r"[A-Z0-9._/@:#-]")
+_EDGE = r"[A-Za-z0-9]"
+# A number standing alone in a text with as many digits as an argument's number must have
+# to be a value (`number_forms`): a count, a size, a code a later call may carry.
+_NUMBER = re.compile(r"(?<![\w.,-])\d{4,}(?![\w,-]|\.\d)")
+_NEWLINE = re.compile("\n")
+# A character each pattern's every match holds: a text without it is not searched.
+_NEEDS: dict[str, re.Pattern[str]] = {
+    "url": re.compile("://"),
+    "email": re.compile("@"),
+    "path": re.compile("/"),
+    "date": re.compile("[0-9]"),
+    "amount": re.compile("[0-9]"),
+    "id": re.compile("[0-9]"),
+    "quoted": re.compile("[\"'“]"),
+}
+_MAX_DEPTH = 64  # a hostile nesting depth: what lies deeper is not read
+
+
+def occurs(value: str, text: str) -> bool:
+    """Whether ``value`` occurs in ``text`` as a whole (no letter or digit joined to it)."""
+    if value not in text:
+        return False
+    return _whole(value).search(text) is not None
+
+
+_WHOLE_CACHE: dict[str, re.Pattern[str]] = {}
+
+
+def _whole(value: str) -> re.Pattern[str]:
+    pattern = _WHOLE_CACHE.get(value)
+    if pattern is None:
+        if len(_WHOLE_CACHE) > 50_000:
+            _WHOLE_CACHE.clear()
+        pattern = _WHOLE_CACHE[value] = re.compile(f"(?<!{_EDGE}){re.escape(value)}(?!{_EDGE})")
+    return pattern
+
+
+def whole_value(text: str) -> bool:
+    """Whether an argument string is itself one identifier-like value: one line, at most
+    `MAX_WHOLE_WORDS` words, holding a capital, a digit or one of ``._/@:#-``."""
+    stripped = text.strip()
+    return (
+        MIN_VALUE_CHARS <= len(stripped) <= MAX_VALUE_CHARS
+        and "\n" not in stripped
+        and len(stripped.split()) <= MAX_WHOLE_WORDS
+        and _IDENTIFIER_MARK.search(stripped) is not None
+    )
+
+
+def call_values(message: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(value, kind)`` an assistant message writes, first seen first, each value once:
+    every argument of its tool calls at any depth (a string taken whole when it reads as
+    one identifier, `whole_value`; a number by `number_forms`), and the identifier-like
+    spans of every argument string and of its own text (never its thinking)."""
+    found: dict[str, str] = {}
+    for _name, arguments, raw in calls_of(message):
+        if arguments is None and raw:
+            spans(raw, found)  # arguments that are not JSON: read as text
+            continue
+        for leaf, kind in argument_leaves(arguments):
+            if kind == "number":
+                for text in number_forms(leaf):
+                    found.setdefault(text, "amount" if "." in text else "id")
+                continue
+            if whole_value(leaf):
+                found.setdefault(leaf.strip(), "argument")
+            spans(leaf, found)
+    spans(visible_text(message), found)
+    return [(v, kind) for v, kind in found.items() if MIN_VALUE_CHARS <= len(v) <= MAX_VALUE_CHARS]
+
+
+def held_values(message: Mapping[str, Any]) -> list[tuple[str, ...]]:
+    """The values a message holds, row by row, each value once in the message.
+
+    An assistant message is one row: what it writes (`call_values`). Any other message is
+    read in the text of its content (`readable.content_texts`; the call id it answers is
+    bookkeeping, not a value): each line is a row of its identifier-like spans and of the
+    numbers standing alone with four digits or more (what a later call may carry as a
+    number); a text that is a JSON document is also read value by value, each object's
+    scalar values one row, its strings taken whole where they read as one identifier.
+    At most `MAX_READ_CHARS` characters of a message are read and `MAX_HELD_VALUES` values
+    kept: the rest of a huge output is look-alikes its recall id still reaches."""
+    if role_of(message) == "assistant":
+        row = tuple(value for value, _kind in call_values(message))
+        return [row] if row else []
+    seen: set[str] = set()
+    rows: list[tuple[str, ...]] = []
+    left = MAX_READ_CHARS
+    for leaf in content_texts(message):
+        if left <= 0 or len(seen) >= MAX_HELD_VALUES:
+            break
+        text = leaf if len(leaf) <= left else leaf[:left]
+        left -= len(text)
+        for values in _cached_rows(text) if len(text) <= _CACHED_CHARS else _text_rows(text):
+            kept: list[str] = []
+            for value in values:
+                if value not in seen and MIN_VALUE_CHARS <= len(value) <= MAX_VALUE_CHARS:
+                    seen.add(value)
+                    kept.append(value)
+            if kept:
+                rows.append(tuple(kept))
+    return rows
+
+
+@lru_cache(maxsize=1024)
+def _cached_rows(text: str) -> tuple[tuple[str, ...], ...]:
+    """`_text_rows` of a text, kept for the texts seen last: the same result is read again
+    by every context that holds it (a replay, a retried request, a resumed worker)."""
+    return tuple(tuple(row) for row in _text_rows(text))
+
+
+def _text_rows(text: str) -> list[list[str]]:
+    """The rows of one text: a JSON document's value by value (`_json_rows`), any other
+    text's line by line (`_line_values`)."""
+    rows = _json_rows(text)
+    return _line_values(text) if rows is None else rows
+
+
+def line_values(text: str) -> list[str]:
+    """The identifier-like spans of one line of text, and its numbers of four digits or more,
+    in order of appearance."""
+    return [value for line in _line_values(text) for value in line]
+
+
+def _line_values(text: str) -> list[list[str]]:
+    """`line_values` of each line of ``text`` that has any, the patterns run once over the
+    whole text (a line at a time would run each pattern once per line)."""
+    found: dict[str, str] = {}
+    taken = spans(text, found, positions := {})
+    for match in _NUMBER.finditer(text):
+        start, end = match.span()
+        if not taken.overlaps(start, end):
+            value = match.group()
+            if value not in found:
+                found[value] = "number"
+                positions[value] = start
+    if not found:
+        return []
+    if "\n" not in text:
+        return [sorted(found, key=positions.__getitem__)]
+    breaks = [match.start() for match in _NEWLINE.finditer(text)]
+    lines: dict[int, list[tuple[int, str]]] = {}
+    for value, start in positions.items():
+        lines.setdefault(bisect_right(breaks, start), []).append((start, value))
+    return [[value for _start, value in sorted(lines[line])] for line in sorted(lines)]
+
+
+def _json_rows(text: str) -> list[list[str]] | None:
+    """Rows of values of ``text`` when it is a JSON object or array (None otherwise): each
+    object's (or array's) scalar children, strings whole where they read as one identifier,
+    longer strings by their spans."""
+    stripped = text.lstrip()
+    if not stripped or stripped[0] not in "{[" or len(text) > MAX_READ_CHARS:
+        return None
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    rows: list[list[str]] = []
+    _rows_of(document, 0, rows)
+    return rows
+
+
+def _rows_of(value: Any, depth: int, rows: list[list[str]]) -> None:
+    if depth > _MAX_DEPTH:
+        return
+    children = (
+        value.values() if isinstance(value, Mapping) else value if isinstance(value, list) else ()
+    )
+    row: list[str] = []
+    at = len(rows)  # this object's row goes before its children's
+    for child in children:
+        if isinstance(child, str):
+            if whole_value(child):
+                row.append(child.strip())
+            elif len(child) > MIN_VALUE_CHARS:
+                rows.extend(_line_values(child))
+        elif isinstance(child, bool) or child is None:
+            continue
+        elif isinstance(child, int | float):
+            row.extend(number_forms(child))
+        else:
+            _rows_of(child, depth + 1, rows)
+    if row:
+        rows.insert(at, row)
+
+
+def argument_leaves(value: Any, depth: int = 0) -> Iterator[tuple[Any, str]]:
+    """The strings and numbers inside an argument value, at any depth, with their kind
+    (``"string"`` or ``"number"``; booleans and null are not values)."""
+    if depth > _MAX_DEPTH:
+        return
+    if isinstance(value, str):
+        yield value, "string"
+    elif isinstance(value, bool) or value is None:
+        return
+    elif isinstance(value, int | float):
+        yield value, "number"
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from argument_leaves(item, depth + 1)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from argument_leaves(item, depth + 1)
+
+
+def number_forms(number: int | float) -> list[str]:
+    """A number argument as the texts it may have been read from; none when too short to
+    be anything but a count or a flag."""
+    if isinstance(number, float):
+        if number != number or number in (float("inf"), float("-inf")):
+            return []
+        text = repr(number)
+        digits = sum(c.isdigit() for c in text)
+        if number.is_integer() and digits - 1 >= 4:
+            return [str(int(number)), text]
+        if digits < 3:
+            return []
+        return list(dict.fromkeys([text, f"{number:.2f}"]))
+    text = str(number)
+    return [text] if sum(c.isdigit() for c in text) >= 4 else []
+
+
+class _Taken:
+    """Disjoint character ranges already claimed by a pattern, sorted: an overlap test is a
+    binary search (a long tool result has thousands of spans)."""
+
+    __slots__ = ("ends", "starts")
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+
+    def overlaps(self, start: int, end: int) -> bool:
+        i = bisect_right(self.starts, start) - 1
+        if i >= 0 and self.ends[i] > start:
+            return True
+        return i + 1 < len(self.starts) and self.starts[i + 1] < end
+
+    def add(self, start: int, end: int) -> None:
+        i = bisect_right(self.starts, start)
+        self.starts.insert(i, start)
+        self.ends.insert(i, end)
+
+
+def spans(text: str, found: dict[str, str], positions: dict[str, int] | None = None) -> _Taken:
+    """Add the identifier-like spans of ``text`` to ``found`` (value -> kind, first kind
+    kept) and, when given, where each new value first starts to ``positions``; returns the
+    character ranges they took."""
+    taken = _Taken()
+    if not text:
+        return taken
+    for kind, pattern in PATTERNS:
+        needs = _NEEDS.get(kind)
+        if needs is not None and needs.search(text) is None:
+            continue  # the pattern cannot match without one of these characters
+        for match in pattern.finditer(text):
+            start, end = match.span()
+            if taken.overlaps(start, end):
+                continue
+            if kind == "quoted":
+                value = next(group for group in match.groups() if group is not None).strip()
+                if not whole_value(value):
+                    continue
+            else:
+                value = match.group().strip().rstrip(".,;:!?")
+            if kind == "amount":
+                value = value.strip()
+            taken.add(start, end)
+            if value not in found:
+                found[value] = kind
+                if positions is not None:
+                    positions[value] = start
+    return taken

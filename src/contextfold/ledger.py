@@ -1,0 +1,843 @@
+"""The identifier ledger: the values a compaction pass takes out of the view, kept in it.
+
+A pass that drops a turn, clears or shortens a tool result, or summarizes a span takes text
+out of the view, and with it ids, amounts, paths, URLs and emails the agent may need tasks
+later ("refund the customer whose parcel went missing"). The ledger keeps them: the
+identifier-like values (`contextfold.identifiers`, the same definition the eval's fact rule
+uses) of every message taken out are extracted without a model call, ranked, and listed in
+messages the view carries (``metadata.source == "context-fold"``, ``ledger: true``), each
+value once, after the recall id of the message it was taken from, grouped by the task (the
+human prompt) that message belongs to:
+
+    <context-ledger>
+    ...
+    task r95 "Hana Whitfield from Vantor Tools wrote in: a parcel they ordered in…"
+     r135: ORD-79347; 3564.94; TRK6UNA9I4JA
+
+The ledger is a share of the budget (``ledger_share``). Its pages never change once made: a
+pass appends a page, so the prefix up to it stays byte-stable and provider caches keep
+hitting. When it is full, a pass whose new values rank above listed ones packs the best of
+both into one page again; the values left out are counted in the compaction notice (recall
+by id returns any message whole).
+
+Ranking, most likely needed first, from what the conversation itself shows (`ValueIndex`):
+a value the user wrote; one an answer of the agent stated; one the agent wrote in a call
+whose result it then acted on (a lead it followed); in a tool result, a value the agent
+drew from later, or one on the same row as such a value; then any value not one of many
+look-alikes (an id among forty ids of the same shape ranks low); newer before older.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from .history import History
+from .identifiers import held_values, occurs
+from .messages import NOTICE_SOURCE, Kind, well_formed_text
+from .recall import recall_id
+from .tokens import TokenCounter
+
+LEDGER_OPEN = "<context-ledger>"
+LEDGER_CLOSE = "</context-ledger>"
+FIRST_PAGE_HEAD = (
+    "Values from messages compacted out of this view, by task; each line starts with the id "
+    "of the message they were taken from (context_recall with that id returns it whole)."
+)
+NEXT_PAGE_HEAD = "(continued)"
+CHARS_PER_TOKEN = 2.5  # values are dense (ids, digits): fewer characters per token than prose
+PROMPT_WORDS_CHARS = 72  # how much of a task's prompt names it
+SEPARATOR = "; "
+# A value held by more messages in the view than this is too common to say which one the
+# agent drew from (a currency, a status word): it marks none of them used.
+MAX_HOLDERS = 64
+# The call groups before an answer whose messages count as what the task concluded on.
+CONCLUDING_GROUPS = 2
+# At most this many values of one message are candidates (its best): the rest of a long
+# listing is look-alikes its recall id still reaches.
+PER_MESSAGE = 48
+# At most this many ranked values wait for a repack besides the listed ones.
+POOL_SIZE = 512
+# A repack fills the ledger to this share of its room, leaving room for later pages.
+REPACK_FILL = 0.75
+# The smallest page worth appending, in tokens (a header and a line or two).
+MIN_PAGE_TOKENS = 24
+# Values ranked below this (look-alikes nothing in the conversation points to) are not
+# listed: their room is worth more to the values that come later.
+MIN_SCORE = 2
+MORE_LINE = " more values in "
+# Values the agent and the user wrote, kept to judge later messages: oldest forgotten first
+# past this many (a long session's early values are in the ledger or out of reach by then).
+MAX_REMEMBERED = 200_000
+
+_RUN = re.compile(r"[A-Za-z0-9]+")
+LOOKALIKES = 4  # this many values of one shape in a message make a list of look-alikes
+
+
+def ledger_metadata() -> dict[str, Any]:
+    return {"source": NOTICE_SOURCE, "ledger": True}
+
+
+def is_ledger_page(message: Mapping[str, Any]) -> bool:
+    metadata = message.get("metadata")
+    return isinstance(metadata, Mapping) and metadata.get("ledger") is True
+
+
+# -- what the conversation shows about its values -------------------------------------------
+
+
+@dataclass(slots=True)
+class _Read:
+    """One message as the index read it: its task and its values, row by row."""
+
+    task: int | None
+    rows: tuple[tuple[str, ...], ...]
+
+
+class ValueIndex:
+    """The values of a history's messages, read once each, and what the agent did with them.
+
+    Read lazily (`catch_up`, at the start of a compaction pass), so admitting a message costs
+    nothing more: each message is read once, when the first pass after its admission runs,
+    and its values are kept while it is in the view (`forget` drops those a committed pass
+    took out). It knows, per value, the newest message of the agent that wrote it, the newest
+    human prompt that named it, and the newest answer (an assistant turn without calls) that
+    stated it; per message in the view, the newest turn that drew a value from it
+    (`last_use`: a tool result the agent copied an id from is in use, whatever its age).
+    """
+
+    def __init__(self) -> None:
+        self._read: dict[int, _Read] = {}
+        self._holders: dict[str, list[int]] = {}
+        self._last_use: dict[int, int] = {}
+        self._written: dict[str, int] = {}
+        self._asked: dict[str, int] = {}
+        self._answered: dict[str, int] = {}
+        self._led: dict[str, int] = {}  # values the agent wrote in calls whose results it used
+        # Messages of the last call groups before an answer (a turn without calls): the
+        # results a task concluded on.
+        self._concluding: set[int] = set()
+        self._read_to = 0
+        self._task: int | None = None
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def catch_up(self, history: History, kept_units: Iterable[int]) -> None:
+        """Read every message admitted since the last call. The first call on a history whose
+        view already left messages out (a resumed session) reads the view's messages only."""
+        entries = history.entries
+        end = len(entries)
+        if self._read_to >= end:
+            return
+        if self._read_to == 0 and history.units:
+            kept = sorted(i for u in kept_units for i in history.units[u].entries)
+            if len(kept) < end:
+                for index in kept:
+                    self._read_one(history, index)
+                self._read_to = end
+                return
+        for index in range(self._read_to, end):
+            self._read_one(history, index)
+        self._read_to = end
+        if len(self._written) + len(self._asked) + len(self._led) > MAX_REMEMBERED:
+            for remembered in (self._written, self._asked, self._answered, self._led):
+                _forget_oldest_half(remembered)
+
+    def _read_one(self, history: History, index: int) -> None:
+        entry = history.entries[index]
+        kind = entry.info.kind
+        if kind is Kind.HUMAN:
+            self._task = index
+        if entry.view is None:
+            rows: tuple[tuple[str, ...], ...] = ()
+        else:
+            # What the view sends (lone surrogates made well formed), as the model reads it.
+            rows = tuple(held_values(entry.view))
+        self._read[index] = _Read(self._task, rows)
+        if not rows:
+            return
+        values = [v for row in rows for v in row]
+        if kind is Kind.ASSISTANT and not entry.info.call_ids:
+            self._mark_concluding(history, entry.unit)
+        if kind is Kind.ASSISTANT:
+            answer = not entry.info.call_ids
+            for value in values:
+                self._written[value] = index
+                if answer:
+                    self._answered[value] = index
+                self._echo(history, value, index)
+        elif kind is Kind.HUMAN:
+            for value in values:
+                self._asked[value] = index
+                self._echo(history, value, index)
+        holders = self._holders
+        for value in values:
+            found = holders.get(value)
+            if found is None:
+                holders[value] = [index]
+            elif len(found) <= MAX_HOLDERS:
+                found.append(index)
+
+    def _mark_concluding(self, history: History, unit: int) -> None:
+        """The last `CONCLUDING_GROUPS` call groups before the answer at ``unit`` (within
+        its task) hold what the task concluded on."""
+        units = history.units
+        groups = 0
+        for before in range(unit - 1, max(-1, unit - 1 - 4 * CONCLUDING_GROUPS), -1):
+            found = units[before]
+            first = history.entries[found.start].info.kind
+            if first is Kind.HUMAN or groups >= CONCLUDING_GROUPS:
+                return
+            if found.is_group:
+                groups += 1
+                self._concluding.update(i for i in found.entries if i in self._read)
+
+    def _echo(self, history: History, value: str, index: int) -> None:
+        """``value`` was written at ``index``: every earlier message in the view holding it
+        was drawn from."""
+        found = self._holders.get(value)
+        if not found or len(found) > MAX_HOLDERS:
+            return
+        entries = history.entries
+        for holder in found:
+            if holder >= index or holder not in self._read:
+                continue
+            self._last_use[holder] = index
+            if entries[holder].info.kind is Kind.TOOL_RESULT:
+                # The result of a call was used: the call's own values were a lead followed.
+                caller = history.units[entries[holder].unit].start
+                read = self._read.get(caller)
+                if read is not None and entries[caller].info.kind is Kind.ASSISTANT:
+                    for row in read.rows:
+                        for written in row:
+                            self._led[written] = caller
+
+    def forget(self, history: History, removed: Any) -> None:
+        """Drop what is kept of messages whose unit is in ``removed`` (out of the view)."""
+        entries = history.entries
+        gone = [i for i in self._read if entries[i].unit in removed]
+        holders = self._holders
+        for index in gone:
+            read = self._read.pop(index)
+            self._last_use.pop(index, None)
+            self._concluding.discard(index)
+            for row in read.rows:
+                for value in row:
+                    found = holders.get(value)
+                    if found is None:
+                        continue
+                    kept = [h for h in found if h != index]
+                    if kept:
+                        holders[value] = kept
+                    else:
+                        del holders[value]
+
+    # -- asking ----------------------------------------------------------------------------
+
+    def last_use(self, index: int) -> int:
+        """The newest message that drew a value from message ``index`` (itself if none)."""
+        return self._last_use.get(index, index)
+
+    def rows(self, index: int) -> tuple[tuple[str, ...], ...]:
+        read = self._read.get(index)
+        return read.rows if read is not None else ()
+
+    def task_of(self, index: int) -> int | None:
+        read = self._read.get(index)
+        return read.task if read is not None else None
+
+    def holders(self, value: str) -> list[int]:
+        """Messages in the view (as of the last `forget`) holding ``value``; more than
+        `MAX_HOLDERS` of them: a value too common to track (the list stops growing)."""
+        return self._holders.get(value, [])
+
+    def scored(
+        self, source: int, kind: Kind, rows: tuple[tuple[str, ...], ...]
+    ) -> list[tuple[str, int]]:
+        """``(value, score)`` for each value of message ``source``: how likely it is needed
+        again, higher first (see the module for the signals)."""
+        asked, answered, led, written = self._asked, self._answered, self._led, self._written
+        shapes: dict[str, int] = {}
+        for row in rows:
+            for value in row:
+                key = shape(value)
+                shapes[key] = shapes.get(key, 0) + 1
+        used = kind is Kind.TOOL_RESULT and self.last_use(source) > source
+        concluding = 2 if source in self._concluding else 0
+        assistant = kind is Kind.ASSISTANT
+        scored: list[tuple[str, int]] = []
+        for row in rows:
+            # A row of a listing the agent took a followed lead from (or the user named):
+            # the row of the item chosen, not one more look-alike.
+            row_used = not assistant and any(
+                asked.get(v, -1) > source
+                or answered.get(v, -1) > source
+                or (led.get(v, -1) > source and written.get(v, -1) > source)
+                for v in row
+            )
+            for value in row:
+                lookalike = not row_used and shapes[shape(value)] >= LOOKALIKES
+                score = concluding if lookalike else concluding + 1
+                if value in asked:
+                    score += 4
+                if value in answered:
+                    score += 3
+                if value in led:
+                    score += 3
+                elif value in written:
+                    score += 1
+                if used and not lookalike:
+                    score += 2
+                if row_used:
+                    score += 2
+                scored.append((value, score))
+        return scored
+
+
+def _forget_oldest_half(remembered: dict[str, int]) -> None:
+    if not remembered:
+        return
+    cut = sorted(remembered.values())[len(remembered) // 2]
+    for value in [v for v, i in remembered.items() if i < cut]:
+        del remembered[value]
+
+
+@lru_cache(maxsize=65_536)
+def shape(value: str) -> str:
+    """A value's shape: each run of letters and digits as one mark, ``A`` capitals, ``a``
+    small letters, ``9`` digits, ``x`` a mix (``ORD-48213`` and ``INV-55`` are both
+    ``A-9``; ``evt-d2a04c86`` and ``evt-5f6e9047`` both ``a-x``)."""
+    return _RUN.sub(_run_mark, value)
+
+
+def _run_mark(match: re.Match[str]) -> str:
+    run = match.group()
+    if run.isdigit():
+        return "9"
+    if run.isalpha():
+        return "A" if run.isupper() else "a" if run.islower() else "x"
+    return "x"
+
+
+# -- the ledger ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """One value, the message it was taken from, that message's task, and its rank."""
+
+    value: str
+    source: int
+    task: int | None
+    score: int
+
+    def to_list(self) -> list[Any]:
+        return [self.value, self.source, self.task, self.score]
+
+    @classmethod
+    def from_list(cls, item: Sequence[Any]) -> LedgerEntry:
+        value, source, task, score = item
+        if not isinstance(value, str) or not isinstance(source, int):
+            raise ValueError(f"a ledger entry is [value, source, task, score], got {item!r}")
+        return cls(value, source, task if isinstance(task, int) else None, int(score))
+
+
+@dataclass(frozen=True, slots=True)
+class Ledger:
+    """The ledger a view carries: its pages (immutable once made) and their entries.
+
+    ``entries`` are the listed values, page after page; ``costs`` each page's raw tokens;
+    ``pool`` the best values taken out that no page lists (for a later repack);
+    ``unlisted`` how many values taken out are not listed (the pool and those past it).
+    """
+
+    pages: tuple[dict[str, Any], ...] = ()
+    costs: tuple[int, ...] = ()
+    entries: tuple[LedgerEntry, ...] = ()
+    pool: tuple[LedgerEntry, ...] = ()
+    unlisted: int = 0
+    # Values the view's summary carries (in its text or appended to it by the check):
+    # checked again at every fold, so a later summary that drops one gets it back.
+    carried: tuple[LedgerEntry, ...] = ()
+    # Messages a page names by id alone (their values did not all fit): recall returns them.
+    named: frozenset[int] = frozenset()
+    listed: frozenset[str] = field(default=frozenset(), compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.listed and (self.entries or self.carried):
+            listed = frozenset(e.value for e in (*self.entries, *self.carried))
+            object.__setattr__(self, "listed", listed)
+
+    @property
+    def cost(self) -> int:
+        return sum(self.costs)
+
+    @property
+    def sources(self) -> frozenset[int]:
+        """Every message a page names on its own: a line of its values, or by id alone."""
+        return self.named | {e.source for e in self.entries}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pages": list(self.pages),
+            "costs": list(self.costs),
+            "entries": [e.to_list() for e in self.entries],
+            "pool": [e.to_list() for e in self.pool],
+            "unlisted": self.unlisted,
+            "carried": [e.to_list() for e in self.carried],
+            "named": sorted(self.named),
+        }
+
+    @classmethod
+    def from_dict(cls, document: Mapping[str, Any]) -> Ledger:
+        pages = tuple(document["pages"])
+        costs = tuple(int(c) for c in document["costs"])
+        if len(pages) != len(costs) or not all(isinstance(p, Mapping) for p in pages):
+            raise ValueError("a stored ledger needs one cost per page")
+        return cls(
+            pages=tuple(dict(p) for p in pages),
+            costs=costs,
+            entries=tuple(LedgerEntry.from_list(e) for e in document["entries"]),
+            pool=tuple(LedgerEntry.from_list(e) for e in document.get("pool", ())),
+            unlisted=int(document.get("unlisted", 0)),
+            carried=tuple(LedgerEntry.from_list(e) for e in document.get("carried", ())),
+            named=frozenset(int(i) for i in document.get("named", ())),
+        )
+
+
+EMPTY = Ledger()
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerPlan:
+    """What one pass gives the ledger: its room in raw tokens (``capacity``: the whole
+    ledger; ``allowance``: what this pass may add) and the role its pages are sent as."""
+
+    capacity: int
+    allowance: int
+    role: str = "user"
+
+
+def taken_values(
+    index: ValueIndex,
+    history: History,
+    taken: Sequence[int],
+    in_view: Callable[[str], bool],
+    listed: frozenset[str],
+) -> list[LedgerEntry]:
+    """The values of the messages ``taken`` out of the view that the view no longer shows
+    and the ledger does not list, ranked best first (each value once, after the newest
+    message holding it, ranked where it ranks best; at most `PER_MESSAGE` of one message,
+    its best)."""
+    found: dict[str, LedgerEntry] = {}
+    entries = history.entries
+    for source in sorted(taken, reverse=True):
+        rows = index.rows(source)
+        if not rows:
+            continue
+        task = index.task_of(source)
+        scored = index.scored(source, entries[source].info.kind, rows)
+        if len(scored) > PER_MESSAGE:
+            scored.sort(key=lambda item: -item[1])
+        kept = 0
+        for value, score in scored:
+            known = found.get(value)
+            if known is not None:
+                if score > known.score:  # ranks better in an older message: kept at the newest
+                    found[value] = LedgerEntry(value, known.source, known.task, score)
+                continue
+            if value in listed or in_view(value):
+                continue
+            found[value] = LedgerEntry(value, source, task, score)
+            kept += 1
+            if kept >= PER_MESSAGE:
+                break
+    return ranked(found.values())
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryCheck:
+    """A summary checked against the values of the span it stands for: the appendix to
+    put after its text, the ledger that now knows what the summary carries, how many
+    values were appended, and how many went to the ledger's pool instead (no room)."""
+
+    appendix: str
+    ledger: Ledger
+    appended: int
+    to_ledger: int
+
+
+APPENDIX_HEAD = (
+    "Values of the summarized messages the summary above leaves out, after the id of a "
+    "message holding them:"
+)
+
+
+def check_summary(
+    index: ValueIndex | None,
+    history: History,
+    text: str,
+    span: Sequence[int],
+    ledger: Ledger,
+    room: int,
+) -> SummaryCheck:
+    """Check a summary's ``text`` against its span: the values it must carry are those of
+    the messages ``span`` newly summarized (ranked as the ledger ranks them, look-alikes
+    nothing points to left out) and those earlier summaries carried; each missing from
+    ``text`` is appended verbatim after the id of a message holding it, best first, within
+    ``room`` tokens (by estimate); the rest go to the ledger's pool, to be listed when
+    they rank."""
+    required: dict[str, LedgerEntry] = {e.value: e for e in ledger.carried}
+    # Messages of the span holding values the summary leaves out that are not worth a line
+    # (look-alikes nothing points to): named by id, so none is lost silently.
+    unnamed: set[int] = set()
+    if index is not None:
+        entries = history.entries
+        for source in sorted(span, reverse=True):
+            rows = index.rows(source)
+            if not rows:
+                continue
+            task = index.task_of(source)
+            for value, score in index.scored(source, entries[source].info.kind, rows):
+                known = required.get(value)
+                if value in ledger.listed and known is None:
+                    continue
+                if score < MIN_SCORE:
+                    if source not in unnamed and not occurs(value, text):
+                        unnamed.add(source)
+                    continue
+                if known is None or score > known.score:
+                    required[value] = LedgerEntry(value, source, task, score)
+    carried: list[LedgerEntry] = []
+    missing: list[LedgerEntry] = []
+    for entry in ranked(required.values()):
+        (carried if occurs(entry.value, text) else missing).append(entry)
+    budget = room * CHARS_PER_TOKEN - len(APPENDIX_HEAD) - len(MORE_LINE)
+    # Room for the id of every message holding a value left out comes first.
+    name_cost = {
+        source: len(recall_id(source)) + 2 for source in unnamed | {e.source for e in missing}
+    }
+    reserve = sum(name_cost.values())
+    appended: list[LedgerEntry] = []
+    overflow: list[LedgerEntry] = []
+    sources: set[int] = set()
+    for entry in missing:
+        cost = len(entry.value) + len(SEPARATOR)
+        own = 0
+        if entry.source not in sources:
+            cost += len(recall_id(entry.source)) + 4
+            own = name_cost[entry.source]
+        if cost <= budget - (reserve - own):
+            budget -= cost
+            reserve -= own
+            appended.append(entry)
+            sources.add(entry.source)
+        else:
+            overflow.append(entry)
+    named: list[int] = []
+    for source in sorted(unnamed | {e.source for e in overflow}):
+        if source not in sources and name_cost[source] <= budget:
+            budget -= name_cost[source]
+            named.append(source)
+    appendix = ""
+    if appended or named:
+        by_source: dict[int, list[str]] = {}
+        for entry in appended:
+            by_source.setdefault(entry.source, []).append(entry.value)
+        lines = [APPENDIX_HEAD]
+        lines.extend(
+            f" {recall_id(source)}: {SEPARATOR.join(values)}"
+            for source, values in sorted(by_source.items())
+        )
+        if named:
+            lines.append(MORE_LINE + ", ".join(recall_id(i) for i in named))
+        appendix = "\n".join(lines)
+    pool = _merged_pool(ledger.pool, overflow, ledger.listed - {e.value for e in overflow})
+    checked = Ledger(
+        ledger.pages,
+        ledger.costs,
+        ledger.entries,
+        pool,
+        ledger.unlisted + len(overflow),
+        carried=(*carried, *appended),
+        named=ledger.named,
+    )
+    return SummaryCheck(appendix, checked, len(appended), len(overflow))
+
+
+def ranked(entries: Iterable[LedgerEntry]) -> list[LedgerEntry]:
+    """Best first: higher score, then newer source."""
+    return sorted(entries, key=lambda e: (-e.score, -e.source))
+
+
+def extend(
+    ledger: Ledger,
+    history: History,
+    fresh: list[LedgerEntry],
+    plan: LedgerPlan,
+    counter: TokenCounter,
+) -> Ledger:
+    """The ledger with ``fresh`` values (ranked) added: a page appended with the best that
+    fit the room, or, when the room is taken by values ranked below them, one page of the
+    best of all (a repack). Never larger than ``plan.capacity`` raw tokens."""
+    pool = _merged_pool(ledger.pool, fresh, ledger.listed)
+    known = {e.value for e in ledger.pool}
+    unlisted = ledger.unlisted + sum(
+        1 for e in fresh if e.value not in known and e.value not in ledger.listed
+    )
+    if not pool:
+        return ledger if unlisted == ledger.unlisted else _with(ledger, pool, unlisted)
+    room = min(plan.capacity - ledger.cost, plan.allowance)
+    if room >= MIN_PAGE_TOKENS:
+        page = _fitted_page(
+            history, pool, room, not ledger.pages, plan.role, counter, ledger.sources
+        )
+        page_sources = ledger.sources | (page[3] if page else frozenset())
+        if page is not None and (
+            {e.source for e in page[2]} | page_sources >= {e.source for e in pool}
+        ):
+            message, cost, chosen, named = page
+            taken = {e.value for e in chosen}
+            rest = tuple(e for e in pool if e.value not in taken)
+            return Ledger(
+                pages=(*ledger.pages, message),
+                costs=(*ledger.costs, cost),
+                entries=(*ledger.entries, *chosen),
+                pool=rest,
+                unlisted=unlisted - len(chosen),
+                carried=ledger.carried,
+                named=ledger.named | named,
+            )
+    worst = min((e.score for e in ledger.entries), default=None)
+    silent = not {e.source for e in pool} <= ledger.sources
+    if not silent and (worst is None or pool[0].score <= worst):
+        return _with(ledger, pool, unlisted)
+    # The room is taken by values ranked below new ones, or a message taken out would go
+    # unnamed (nothing may be lost silently): pack the best of both into one page.
+    budget = min(int(plan.capacity * REPACK_FILL), ledger.cost + plan.allowance)
+    return repacked(ledger, history, pool, budget, plan.role, counter, unlisted)
+
+
+def repacked(
+    ledger: Ledger,
+    history: History,
+    pool: Sequence[LedgerEntry],
+    budget: int,
+    role: str,
+    counter: TokenCounter,
+    unlisted: int | None = None,
+) -> Ledger:
+    """One page of the best of the listed values and ``pool`` within ``budget`` raw tokens
+    (an empty ledger when nothing fits); the rest go back to the pool."""
+    everything = ranked({e.value: e for e in (*pool, *ledger.entries)}.values())
+    total = (ledger.unlisted if unlisted is None else unlisted) + len(ledger.entries)
+    page = _fitted_page(history, everything, budget, True, role, counter, frozenset())
+    if page is None:
+        return Ledger(pool=tuple(everything[:POOL_SIZE]), unlisted=total, carried=ledger.carried)
+    message, cost, chosen, named = page
+    taken = {e.value for e in chosen}
+    rest = tuple(e for e in everything if e.value not in taken)[:POOL_SIZE]
+    return Ledger(
+        pages=(message,),
+        costs=(cost,),
+        entries=tuple(chosen),
+        pool=rest,
+        unlisted=total - len(chosen),
+        carried=ledger.carried,
+        named=named,
+    )
+
+
+def shrunk(
+    ledger: Ledger, history: History, budget: int, role: str, counter: TokenCounter
+) -> Ledger:
+    """The ledger within ``budget`` raw tokens: as it is if it fits, else repacked."""
+    if ledger.cost <= budget:
+        return ledger
+    return repacked(ledger, history, ledger.pool, budget, role, counter)
+
+
+def _with(ledger: Ledger, pool: tuple[LedgerEntry, ...], unlisted: int) -> Ledger:
+    return Ledger(
+        ledger.pages,
+        ledger.costs,
+        ledger.entries,
+        pool,
+        unlisted,
+        ledger.carried,
+        ledger.named,
+        ledger.listed,
+    )
+
+
+def _merged_pool(
+    pool: tuple[LedgerEntry, ...], fresh: list[LedgerEntry], listed: frozenset[str]
+) -> tuple[LedgerEntry, ...]:
+    """The pool with ``fresh`` values in, each value once (its better-ranked entry: taken out
+    again from a newer message, a value may now rank higher), the best `POOL_SIZE`."""
+    if not fresh:
+        return pool
+    best = {e.value: e for e in pool}
+    for entry in fresh:
+        if entry.value in listed:
+            continue
+        known = best.get(entry.value)
+        if known is None or (entry.score, entry.source) > (known.score, known.source):
+            best[entry.value] = entry
+    return tuple(ranked(best.values())[:POOL_SIZE])
+
+
+def _fitted_page(
+    history: History,
+    candidates: Sequence[LedgerEntry],
+    room: int,
+    first: bool,
+    role: str,
+    counter: TokenCounter,
+    already: frozenset[int],
+) -> tuple[dict[str, Any], int, list[LedgerEntry], frozenset[int]] | None:
+    """The page of the best ``candidates`` whose real count fits ``room`` tokens, the
+    entries it lists and the messages it names by id alone: chosen by an estimate of their
+    characters, then cut by a quarter until the counter agrees."""
+    chosen, named = _chosen(history, candidates, room, first, already)
+    while chosen or named:
+        message = render_page(history, chosen, first, role, named)
+        cost = counter.count_message(message)
+        if cost <= room:
+            return message, cost, chosen, frozenset(source for source, _task in named)
+        # Values leave first, their messages then named by id alone; ids last.
+        if chosen:
+            cut = chosen[len(chosen) * 3 // 4 :]
+            chosen = chosen[: len(chosen) * 3 // 4]
+            kept = {e.source for e in chosen} | {source for source, _task in named}
+            for entry in cut:
+                if entry.source not in kept and entry.source not in already:
+                    named.append((entry.source, entry.task))
+                    kept.add(entry.source)
+        else:
+            named = named[: len(named) * 3 // 4]
+    return None
+
+
+def _chosen(
+    history: History,
+    candidates: Sequence[LedgerEntry],
+    room: int,
+    first: bool,
+    already: frozenset[int],
+) -> tuple[list[LedgerEntry], list[tuple[int, int | None]]]:
+    """The best candidates whose rendered lines fit ``room`` tokens by estimate, and the
+    messages named by id alone whose values do not all fit (recall returns a message
+    whole). Naming every message taken out comes first (nothing is lost silently): room is
+    kept for the ids of the messages no line names yet; the values fill the rest, best
+    first."""
+    budget = room * CHARS_PER_TOKEN - len(_head(first)) - len(LEDGER_OPEN) - len(LEDGER_CLOSE) - 8
+    task_lines: dict[int | None, int] = {}
+
+    def task_cost(task: int | None) -> int:
+        line = task_lines.get(task)
+        if line is None:
+            line = task_lines[task] = len(_task_line(history, task)) + 1
+        return line
+
+    name_cost: dict[int, int] = {}
+    for entry in candidates:
+        if entry.source not in already and entry.source not in name_cost:
+            name_cost[entry.source] = len(recall_id(entry.source)) + 2
+    reserve = sum(name_cost.values())
+    tasks: set[int | None] = set()
+    sources: set[int] = set()
+    chosen: list[LedgerEntry] = []
+    for entry in candidates:
+        if entry.score < MIN_SCORE:
+            break  # ranked: a look-alike nothing points to is not worth a line (named below)
+        cost = len(entry.value) + len(SEPARATOR)
+        if entry.task not in tasks:
+            cost += task_cost(entry.task)
+        own = 0
+        if entry.source not in sources:
+            cost += len(recall_id(entry.source)) + 4
+            own = name_cost.get(entry.source, 0)
+        if cost <= budget - (reserve - own):
+            budget -= cost
+            reserve -= own
+            chosen.append(entry)
+            sources.add(entry.source)
+            tasks.add(entry.task)
+    named: list[tuple[int, int | None]] = []
+    named_tasks: set[int | None] = set()
+    for entry in candidates:
+        if entry.source in sources or entry.source in already:
+            continue
+        cost = name_cost[entry.source]
+        if entry.task not in tasks:
+            cost += task_cost(entry.task)
+        if entry.task not in named_tasks:
+            cost += len(MORE_LINE)
+        if cost <= budget:
+            budget -= cost
+            named.append((entry.source, entry.task))
+            sources.add(entry.source)
+            tasks.add(entry.task)
+            named_tasks.add(entry.task)
+    return chosen, named
+
+
+def render_page(
+    history: History,
+    entries: Sequence[LedgerEntry],
+    first: bool,
+    role: str,
+    named: Sequence[tuple[int, int | None]] = (),
+) -> dict[str, Any]:
+    """A page: its values by task, then by the message they came from, in history order;
+    after a task's values, the other messages of it holding values, by id."""
+    by_task: dict[int | None, dict[int, list[str]]] = {}
+    for entry in entries:
+        by_task.setdefault(entry.task, {}).setdefault(entry.source, []).append(entry.value)
+    more: dict[int | None, list[int]] = {}
+    for source, task in named:
+        more.setdefault(task, []).append(source)
+    lines = [LEDGER_OPEN, _head(first)]
+    for task in sorted(set(by_task) | set(more), key=lambda t: -1 if t is None else t):
+        lines.append(_task_line(history, task))
+        for source in sorted(by_task.get(task, {})):
+            lines.append(f" {recall_id(source)}: {SEPARATOR.join(by_task[task][source])}")
+        if task in more:
+            lines.append(MORE_LINE + ", ".join(recall_id(i) for i in sorted(more[task])))
+    lines.append(LEDGER_CLOSE)
+    return {
+        "role": role,
+        # Values quote history, which may hold lone surrogates: the view cannot.
+        "content": well_formed_text("\n".join(lines)),
+        "metadata": ledger_metadata(),
+    }
+
+
+def _head(first: bool) -> str:
+    return FIRST_PAGE_HEAD if first else NEXT_PAGE_HEAD
+
+
+def _task_line(history: History, task: int | None) -> str:
+    if task is None:
+        return "before the first task:"
+    words = " ".join(_prompt_text(history.entries[task].message).split())
+    if len(words) > PROMPT_WORDS_CHARS:
+        words = words[: PROMPT_WORDS_CHARS - 1] + "…"
+    return f'task {recall_id(task)} "{words}":'
+
+
+def _prompt_text(message: Mapping[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(
+            str(b.get("text", ""))
+            for b in content
+            if isinstance(b, Mapping) and b.get("type") == "text"
+        )
+    return ""
