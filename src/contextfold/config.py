@@ -32,6 +32,10 @@ REPORT_EVENT_MODES = ("changes", "every_request")
 NOTICE_VERBOSITIES = ("normal", "minimal")
 NOTICE_VERBOSITY_ALIASES = {"verbose": "normal"}
 
+# When a pass runs: at the compaction trigger ("threshold"), or where the prompt cache's
+# prices make it cheapest, the trigger still a hard bound ("cost", `compaction.cost_plan`).
+PLANNERS = ("threshold", "cost")
+
 DEFAULT_COMPACT_THRESHOLD = 0.92
 DEFAULT_TARGET_USAGE = 0.50
 
@@ -84,6 +88,8 @@ class ContextConfig:
     # mapping of figures; None: the table's entry for the model, where one is needed).
     cache_breakpoints: str = "off"
     prices: Any = None
+    # When compaction runs (see PLANNERS); "cost" prices with `prices`, else the model's.
+    planner: str = "threshold"
 
     def __post_init__(self) -> None:
         _check_optional_positive_int("max_tokens", self.max_tokens)
@@ -162,6 +168,12 @@ class ContextConfig:
                 f"cache_breakpoints={shown(self.cache_breakpoints)} is not one of "
                 f"{', '.join(CACHE_BREAKPOINT_MODES)} (default 'off'; 'anthropic' marks "
                 "cache_control breakpoints on every delivered view)."
+            )
+        if not _is_str(self.planner) or self.planner not in PLANNERS:
+            raise ConfigError(
+                f"planner={shown(self.planner)} is not one of {', '.join(PLANNERS)} (default "
+                "'threshold' compacts at compact_threshold; 'cost' compacts where the prompt "
+                "cache's prices make it cheapest, priced by the prices key)."
             )
         if self.prices is not None:
             # Frozen: the figures, checked once, replace the name or mapping given.

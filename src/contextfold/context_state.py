@@ -10,8 +10,10 @@ from typing import Any
 
 from .admission import Admission
 from .budget import BudgetDecision
+from .compaction.cost_plan import CacheWatch
 from .compaction.sticky import StickyView
 from .conventions import SystemPromptFactory
+from .costing import PricedRequest
 from .history import Appended, History
 from .meter import MeterStats, UsageReading
 from .report import RequestReport
@@ -44,6 +46,9 @@ class ContextState:
     meter_inputs: tuple[Any, ...] | None = None
     meter_stats: MeterStats | None = None
     summary_events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    # What the cost planner (``planner: cost``) knows of the provider's cache.
+    cache_watch: CacheWatch = field(default_factory=CacheWatch)
+    last_priced: PricedRequest | None = None  # the last view as the report priced it
 
     @classmethod
     def fresh(cls, history: History, model: str | None) -> ContextState:

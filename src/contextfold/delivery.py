@@ -12,8 +12,10 @@ from .cache_marks import marked_view
 from .compaction.planner import PassResult
 from .config import ContextConfig
 from .context_state import ContextState
+from .costing import PricedRequest, request_cost
 from .events import BUDGET, COMPACTION, REPAIRED, REPORT, EventSink
 from .meter import MeterStats, UsageReading
+from .prices import Prices
 from .report import RequestReport, compaction_event
 from .views import detached
 
@@ -40,6 +42,7 @@ class Thresholds:
     ratio: float
     hard_fit: bool
     source: str = "estimate"  # "estimate", "actual" or "provider_count"
+    reason: str = ""  # why a pass ran (see `RequestReport.compacted_by`)
 
 
 @dataclass(slots=True)
@@ -57,6 +60,10 @@ class Planned:
     result: PassResult | None = None  # the pass this request committed, if any
     system_prompt: SystemPromptView | None = None
     share: bool = False  # hand out the context's own list and messages (internal readers)
+    # The prices the report's cost is computed with, and the view's leading tokens a pass
+    # leaves as they are (what the request after a pass still reads from the cache).
+    prices: Prices | None = None
+    head: int = 0
 
 
 class Delivery:
@@ -70,6 +77,16 @@ class Delivery:
     def report(self, state: ContextState, planned: Planned) -> RequestReport:
         result, decision, limits = planned.result, planned.decision, planned.thresholds
         sticky = state.sticky
+        cost, prices = 0.0, planned.prices
+        if prices is not None:
+            previous = state.last_priced
+            if previous is None or result is not None:
+                prefix = planned.head if previous is not None else 0
+            else:
+                prefix = min(previous.tokens, planned.after)
+            priced = PricedRequest(planned.after, prefix)
+            cost = round(request_cost(prices, priced, previous).usd, 6)
+            state.last_priced = priced
         # Positional, in field order (keywords cost a third more on every request).
         return RequestReport(
             planned.before,
@@ -92,6 +109,9 @@ class Delivery:
             sticky.missed_target_at is not None,  # floor_bound
             result.relaxed if result else [],
             len(state.history.repairs),  # repairs_total
+            cost,  # cost_usd
+            prices.name if prices is not None else "",
+            limits.reason,  # compacted_by
         )
 
     def deliver(self, state: ContextState, planned: Planned) -> tuple[list[dict[str, Any]], Events]:

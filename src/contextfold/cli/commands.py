@@ -55,7 +55,7 @@ UNMANAGED_COLOR = "#7b1fa2"
 MANAGED_COLOR = "#1565c0"
 SUMMARIZE_COLOR = "#2e7d32"
 SERVER_EDITING_COLOR = "#ef6c00"
-DEMO_WIDTH = 140  # columns of the demo's printout when stdout is not a terminal
+DEMO_WIDTH = 160  # columns of the demo's printout when stdout is not a terminal
 # A replay this long shows a progress bar (on a terminal, without --quiet); shorter ones end
 # before a bar would be worth drawing.
 PROGRESS_MIN_MESSAGES = 5_000

@@ -13,6 +13,8 @@ the ``tool-doc-lookup`` tool. They differ in the context's config only (`RunSpec
   ``clear_tool_uses`` at its documented defaults (trigger 100,000 tokens scaled to the
   window, keep 3 tool uses) to every request before it measures, caches and enforces its
   window on it, as the server does (`contextfold.context_editing`);
+- *cost planner*: the defaults with ``planner: cost``: compaction when the prompt cache's
+  prices make a pass cheapest, and as deep as protection lets it (`compaction.cost_plan`);
 - *summarize ladder*: the ladder with the ``summarize`` rung (`SUMMARIZE_LADDER`, the rung's
   settings left at their defaults), compacting late and deep for the prompt cache
   (`CACHE_FRIENDLY_SETTINGS`), and the session's ``provider-scripted`` as summarizer (it
@@ -110,7 +112,8 @@ class DemoSettings:
     # the message-only budget with the measured request (the provider counts the whole
     # request, tool schemas included) instead of no compaction with context-fold.
     tools: int = 0
-    summarize: bool = True  # a third run with the summarize ladder (not with tools)
+    cost_planner: bool = True  # a run with ``planner: cost`` (not with tools)
+    summarize: bool = True  # a run with the summarize ladder (not with tools)
     server_editing: bool = True  # a run with the provider's clear_tool_uses (not with tools)
     cache_breakpoints: bool = False  # every context marks Anthropic cache breakpoints
 
@@ -160,6 +163,14 @@ def demo_runs(settings: DemoSettings) -> tuple[RunSpec, ...]:
         )
         for key, managed in (("unmanaged", False), ("managed", True))
     ]
+    if settings.cost_planner and not settings.tools:
+        runs.append(
+            RunSpec(
+                "cost",
+                "cost planner",
+                {**_context_config(settings, managed=True), "planner": "cost"},
+            )
+        )
     if settings.summarize and not settings.tools:
         runs.append(
             RunSpec("summarize", "summarize ladder", summarize_config(**CACHE_FRIENDLY_SETTINGS))

@@ -89,6 +89,9 @@ class PassPlan:
     summary_free_blocks: int = 0
     sticky_raw: int | None = None
     header_cost: int | None = None
+    # A deep pass (``planner: cost``, see `cost_plan`): the ladder goes on to protection's
+    # fixed point whatever the limit; the limit still decides whether soft protections yield.
+    deep: bool = False
 
 
 def run_pass(
@@ -122,6 +125,8 @@ def run_pass(
         state.restore_unit(unit, history.units[unit].entries)
 
     relaxation = Relaxation.NONE
+    # The limit the ladder stops at: a deep pass goes on to protection's fixed point.
+    ladder_limit = 0 if plan.deep else limit_raw
 
     def protect() -> Protection:
         return compute_protection(
@@ -144,7 +149,7 @@ def run_pass(
             else view_raw_total(history, state)
         ),
         truncate_chars=truncate_chars,
-        limit_raw=limit_raw,
+        limit_raw=ladder_limit,
         summary_blocks=list(plan.summary_blocks),
         summary_free_blocks=plan.summary_free_blocks,
     )
@@ -159,7 +164,7 @@ def run_pass(
     room_raw = (target_raw + limit_raw) // 2
     goal_raw = max(0, min(room_raw, budget_raw - header_cost))
     started_above_limit = work.raw_total > limit_raw
-    level = _run_ladder(work, ladder, target_raw, limit_raw, protect)
+    level = _run_ladder(work, ladder, target_raw, ladder_limit, protect)
     while relaxation < Relaxation.CURRENT_PROMPT_TURNS and (
         work.raw_total + header_cost > budget_raw
         or (started_above_limit and work.raw_total > room_raw)
