@@ -214,6 +214,9 @@ def _demo_verdict(result: DemoResult) -> str:
         f"({'inside' if fits else 'OVER'} the limit) after {managed.compactions} compactions, "
         f"and the history still holds all {managed.history_messages} messages."
     )
+    planned = result.run("cost")
+    if planned is not None:
+        verdict += "\n" + _cost_planner_verdict(planned, managed)
     summarized = result.summarized
     if summarized is not None:
         verdict += "\n" + _summarize_verdict(summarized, unmanaged)
@@ -221,6 +224,22 @@ def _demo_verdict(result: DemoResult) -> str:
     if edited is not None:
         verdict += "\n" + _server_editing_verdict(edited)
     return verdict + "\n" + _cost_verdict(result)
+
+
+def _cost_planner_verdict(run: RunSummary, managed: RunSummary) -> str:
+    fits = run.largest_request <= run.input_limit
+    changes = ", ".join(
+        f"{(run.costs[name] - managed.costs[name]) / managed.costs[name]:+.0%} at "
+        f"{PROVIDER_LABELS[name]}'s prices"
+        for name in REFERENCE_PRICING
+        if managed.costs.get(name) and name in run.costs
+    )
+    return (
+        f"With the cost planner the largest request was {run.largest_request:,} "
+        f"({'inside' if fits else 'OVER'} the limit) after {run.compactions} compactions, "
+        f"timed and sized by the prompt cache's prices; beside context-fold's defaults: "
+        f"{changes}."
+    )
 
 
 def _server_editing_verdict(run: RunSummary) -> str:
