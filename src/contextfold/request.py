@@ -324,6 +324,8 @@ class RequestPlanner:
         cost_planned = self.cost_planned and not hard_fit
         if cost_planned and not reason:
             reason = self.cost_reason(state, prices, messages_size, fires_at, target, head)
+        # A pass the budget forces is the threshold planner's: deep would not pay there.
+        cost_planned = cost_planned and reason not in ("budget", "retained")
         if reason:
 
             def raw(tokens: int) -> int:
