@@ -162,7 +162,7 @@ async def test_time_beyond_the_cache_lifetime_makes_the_next_request_compact_dee
             st.integers(1, 3), st.integers(50, 6_000), st.sampled_from(["warm", "cold", "-"])
         ),
         min_size=1,
-        max_size=40,
+        max_size=30,
     ),
     model_prices=st.sampled_from([SONNET, "gpt-5", "gemini-2.5-flash", None]),
 )
