@@ -168,7 +168,7 @@ def demo_runs(settings: DemoSettings) -> tuple[RunSpec, ...]:
             RunSpec(
                 "cost",
                 "cost planner",
-                {**_context_config(settings, managed=True), "planner": "cost"},
+                {**_context_config(replace(settings, store=None), managed=True), "planner": "cost"},
             )
         )
     if settings.summarize and not settings.tools:
