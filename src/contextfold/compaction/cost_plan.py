@@ -22,10 +22,11 @@ pass then costs no rewrite, and is the time to compact as deep as protection all
 The configured thresholds stay hard bounds: a pass never waits past the trigger, and the
 budget is never exceeded; the cost model decides inside them.
 
-How deep: a cycle's cost per request is ``read x (floor + sqrt(2 (rewrite - read)/read x
-(floor - head) x growth))`` at the optimal peak, which grows with the floor, so a cost pass
-goes as deep as protection lets it (`COST_PASS_TARGET`): the protected recent messages and
-tool results, the head and the notice are what it leaves (`plan_request`).
+How deep: at the optimal peak a cycle's reads and rewrite come to ``read x peak`` a request,
+which grows with the floor, so a cost pass goes as deep as protection lets it
+(`COST_PASS_TARGET`, run to protection's fixed point): the protected recent messages and
+tool results, the head and the notice are what it leaves. A pass the budget forces (or a
+retained reminder) is the threshold planner's, rules and depth alike.
 """
 
 from __future__ import annotations
