@@ -323,6 +323,23 @@ def test_every_tool_result_is_recalled_byte_identical(
     assert numbers["runs"]["managed"]["recall_checked"] == 0  # asked of the summarize run
 
 
+@pytest.mark.slow
+def test_summary_requests_repeat_the_conversation_and_are_mostly_cache_reads(
+    summarized: tuple[Outcome, dict[str, Any]],
+) -> None:
+    demo, numbers = summarized
+    run = numbers["runs"]["summarize"]
+    # Every summary request was the conversation as last sent plus the instruction, read
+    # from the conversation's cache: most of what summarizing sent came from it.
+    assert run["summary_aligned"] == run["summary_requests"] > 0
+    assert run["summary_cache_read_tokens"] > 0.8 * run["summary_tokens"]
+    # Priced apart, and part of the run's total.
+    for pricing, usd in run["summary_costs"].items():
+        assert 0 < usd < run["costs"][pricing]
+    text = " ".join(demo.out.split())
+    assert f"{run['summary_cache_read_tokens']:,} tokens read from the cache" in text
+
+
 def test_summarize_column_prints_its_rungs_summaries_cache_and_totals(
     summarized: tuple[Outcome, dict[str, Any]],
 ) -> None:

@@ -29,6 +29,9 @@ class ContextState:
     last_reading: UsageReading | None = None  # the meter's last usage reading
     aside_reading: UsageReading | None = None  # a suspect reading set aside (see `request`)
     last_delivered_raw: int | None = None  # raw size of the last view handed out
+    # The last view handed out: the list it was taken from, its length then, and the system
+    # prompt factory's message it carried (see `Delivery.sent_prefix`).
+    last_sent: tuple[list[dict[str, Any]], int, Any] | None = None
     # -- per context --------------------------------------------------------------------------
     model: str | None = None
     last_budget: BudgetDecision | None = None  # the last one reported on context:budget
@@ -62,6 +65,7 @@ class ContextState:
         self.last_reading = None
         self.aside_reading = None
         self.last_delivered_raw = None
+        self.last_sent = None
 
     def admitted(self, admission: Admission) -> Appended:
         """Append a prepared message to history and to the sticky view."""

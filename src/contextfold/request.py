@@ -466,7 +466,11 @@ class RequestPlanner:
         result = run_pass(history, base, self.counter, self.settings, plan)
         if summaries is not None and result.state.pending_summary:
             budget_raw = (plan.budget_raw or 0) - request_raw
-            folded = await summaries.fold(history, result, budget_raw, blocks, state.summary_events)
+            # The request is cache-aligned when the view as last sent holds the span.
+            prefix = self.delivery.sent_prefix(state)
+            folded = await summaries.fold(
+                history, result, budget_raw, blocks, state.summary_events, prefix
+            )
             if folded is None:
                 plan = replace(plan, ladder=without_summaries(self.ladder))
                 folded = run_pass(history, base, self.counter, self.settings, plan)

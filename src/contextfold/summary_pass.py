@@ -30,6 +30,7 @@ from .summaries import (
     covered_hash,
 )
 from .summaries.adoption import stored_chain
+from .summaries.aligned import SentPrefix
 from .tokens import TokenCounter
 
 logger = logging.getLogger(__name__)
@@ -45,6 +46,8 @@ class SummaryStats:
     reused: int = 0  # spans whose summary was found in the store (no call)
     written: int = 0  # summary records written to the store
     failures: int = 0  # passes whose summary failed and fell through to the next rung
+    aligned: int = 0  # calls sent as cache-aligned requests (the view as last sent, then
+    # the instruction: see `summaries.aligned`)
 
 
 def summary_folder(
@@ -117,15 +120,17 @@ class SummaryPass:
         budget_raw: int,
         blocks: Sequence[tuple[int, ...]],
         events: Events,
+        prefix: SentPrefix | None = None,
     ) -> PassResult | None:
         """Fold the turns the pass summarized into the summary the view carries. None when
         the summarizer failed or its summary would not fit: the caller plans the pass
-        again without the summarize rung (see `without_summaries`)."""
+        again without the summarize rung (see `without_summaries`). ``prefix`` is the view
+        as last sent, for cache-aligned requests."""
         state = result.state
         pending = state.pending_summary
         record: SummaryRecord | None = state.summary_record
         ids: list[int] = []
-        calls = reused = written = 0
+        calls = reused = written = aligned = 0
         failed: SummaryFailure | None = None
         for block in blocks:
             block_ids = [i for u in block if u in pending for i in history.units[u].entries]
@@ -137,7 +142,9 @@ class SummaryPass:
                 [history.entries[i].message for i in block_ids],
                 block_ids,
                 session_id=self.session_id,
+                prefix=prefix,
             )
+            aligned += fold.aligned
             calls, reused, written = (
                 calls + fold.calls,
                 reused + fold.reused,
@@ -151,7 +158,9 @@ class SummaryPass:
         stats.calls += calls
         stats.reused += reused
         stats.written += written
+        stats.aligned += aligned
         event: dict[str, Any] = {"covers": len(ids), "calls": calls, "reused": reused}
+        event["aligned"] = aligned
         event["written"] = written
         if failed is None and record is not None:
             message = summary_message(record.text, record.history_ids)

@@ -269,6 +269,14 @@ def _cost_verdict(result: DemoResult) -> str:
 def _summarize_verdict(run: RunSummary, unmanaged: RunSummary) -> str:
     fits = run.largest_request <= run.input_limit
     saving = 1 - run.total_tokens / unmanaged.total_tokens if unmanaged.total_tokens else 0.0
+    summary_cost = ", ".join(
+        f"${usd:.4f} at {name}'s prices" for name, usd in run.summary_costs.items()
+    )
+    if run.summary_aligned:
+        summary_cost += (
+            f"; {run.summary_aligned} of them repeated the conversation's prompt, "
+            f"{run.summary_cache_read_tokens:,} tokens read from the cache"
+        )
     recall = (
         f"{run.recall_identical} of {run.recall_checked} tool results came back byte-identical "
         "when recalled by id"
@@ -277,8 +285,8 @@ def _summarize_verdict(run: RunSummary, unmanaged: RunSummary) -> str:
         f"With the summarize ladder the largest request was {run.largest_request:,} "
         f"({'inside' if fits else 'OVER'} the limit); {run.summary_calls} summarizer calls "
         f"wrote {run.summaries_written} summaries and {run.summaries_reused} were reused, "
-        f"costing {run.summary_tokens:,} tokens, counted in its total ({saving:.0%} below "
-        f"the run without compaction); {recall}."
+        f"costing {run.summary_tokens:,} tokens ({summary_cost}), counted in its total "
+        f"({saving:.0%} below the run without compaction); {recall}."
     )
 
 
