@@ -76,6 +76,32 @@ async def test_a_cost_pass_goes_deep() -> None:
     assert deepest < cost[0].target
 
 
+async def test_a_cost_pass_keeps_the_newest_result_groups_and_may_shorten_all_but_one() -> None:
+    context = cost_context()
+    await context.add_message(SYSTEM)
+    await context.add_message(human("Research every topic and summarise."))
+    checked = 0
+    for n in range(60):
+        for message in tool_round(n, result_chars=2_000):
+            await context.add_message(message)
+        view = await context.get_messages_for_request(token_budget=20_000)
+        report = context.last_report
+        if not (report.compacted and report.compacted_by == "optimal_peak"):
+            continue
+        results = {m["tool_call_id"]: m["content"] for m in view if m.get("role") == "tool"}
+        # The newest five results (protected_tool_results) keep their call groups...
+        newest = [f"call_{k}_0" for k in range(n - 4, n + 1)]
+        assert all(call in results for call in newest)
+        # ...the one being answered whole, the older ones shortened (head and tail, their
+        # recall id named): whole, they would set the floor every later request reads.
+        assert len(results[newest[-1]]) == 2_000
+        shortened = [results[call] for call in newest[:-1] if len(results[call]) < 2_000]
+        assert shortened and all("context_recall(" in text for text in shortened)
+        assert report.relaxed[:2] == ["recent", "recent_tool_results_shortened"]
+        checked += 1
+    assert checked >= 3
+
+
 async def steady_then(context: ContextFold, rounds: int) -> None:
     """A few rounds under any peak (a small start), each answered by a warm reading."""
     await context.add_message(SYSTEM)

@@ -90,8 +90,18 @@ class PassPlan:
     sticky_raw: int | None = None
     header_cost: int | None = None
     # A deep pass (``planner: cost``, see `cost_plan`): the ladder goes on to protection's
-    # fixed point whatever the limit; the limit still decides whether soft protections yield.
+    # fixed point whatever the limit, with `DEEP_RELAXATION` taken from the start; the
+    # limit still decides whether soft protections yield further.
     deep: bool = False
+
+
+# Where a deep pass starts relaxing from: the recent fraction does not hold, and the newest
+# ``protected_tool_results`` results keep their call groups in the view but may be shortened
+# (head and tail, with their recall id). Whole, they would set the floor the cost model
+# prices every later request at: a floor of five whole results read on every request of
+# the cycle costs more than the pass saves (`cost_plan`). The group being answered stays
+# whole, as the required core always does.
+DEEP_RELAXATION = Relaxation.RECENT_TOOL_RESULTS_SHORTENED
 
 
 def run_pass(
@@ -124,7 +134,9 @@ def run_pass(
         unit = history.entries[index].unit
         state.restore_unit(unit, history.units[unit].entries)
 
-    relaxation = Relaxation.NONE
+    # A deep pass starts with the soft protections a cost pass does not pay for yielded (see
+    # `DEEP_RELAXATION`); any other starts with all of them.
+    relaxation = DEEP_RELAXATION if plan.deep else Relaxation.NONE
     # The limit the ladder stops at: a deep pass goes on to protection's fixed point.
     ladder_limit = 0 if plan.deep else limit_raw
 
