@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import ContextConfig
+from ..costing import PricedRequest
 from ..errors import ContextLengthError
 from ..manager import ContextFold
 from ..messages import NOTICE_SOURCE
 from ..recall import ID_PREFIX, RECALL_TOOL
-from ..summaries import scripted_summarizer
+from ..summaries import render_transcript, scripted_summarizer
 from .counts import ExactCounts
 from .policy import Refusal, metadata_of
 from .scoring import View
@@ -68,15 +69,44 @@ class ContextFoldPolicy:
         return {**self.config, "max_tokens": capped}
 
     def start(self, window: int, counts: ExactCounts) -> ContextFoldSession:
-        summarizer = scripted_summarizer() if self.summarizes else None
-        return ContextFoldSession(ContextFold(self.settings_for(window), summarizer=summarizer))
+        summarizer = MeteredSummarizer(scripted_summarizer(), counts) if self.summarizes else None
+        context = ContextFold(self.settings_for(window), summarizer=summarizer)
+        return ContextFoldSession(context, summarizer)
+
+
+class MeteredSummarizer:
+    """The offline summarizer, each call measured as the request a transcript summarizer
+    sends (the summary prompt as system message, the rendered span as the user's) and its
+    answer, so the eval prices summarizing beside the views."""
+
+    def __init__(self, inner: Any, counts: ExactCounts) -> None:
+        self.inner = inner
+        self.counts = counts
+        self.name = inner.name
+        self.prompt = inner.prompt
+        self.made: list[PricedRequest] = []
+
+    async def __call__(self, messages: list[dict[str, Any]], max_tokens: int) -> str:
+        answer = await self.inner(messages, max_tokens)
+        request = [
+            {"role": "system", "content": self.prompt.text},
+            {"role": "user", "content": render_transcript(messages)},
+        ]
+        output = self.counts({"role": "assistant", "content": answer})
+        self.made.append(PricedRequest(self.counts.request(request), 0, output_tokens=output))
+        return str(answer)
+
+    def take(self) -> list[PricedRequest]:
+        made, self.made = self.made, []
+        return made
 
 
 class ContextFoldSession:
     """A policy session over one `ContextFold` (any subclass or configuration of it)."""
 
-    def __init__(self, context: ContextFold) -> None:
+    def __init__(self, context: ContextFold, summarizer: MeteredSummarizer | None = None) -> None:
         self.context = context
+        self._summarizer = summarizer
         # The context's own view, not a copy, when it offers one (it is only read here);
         # else the public request.
         self._request = getattr(context, "_request_view_shared", None) or (
@@ -101,6 +131,10 @@ class ContextFoldSession:
                 ledger.append(position)
             named |= ids
         return View(messages, ledger=frozenset(ledger), named_ids=frozenset(named))
+
+    def summary_requests(self) -> list[PricedRequest]:
+        """The summary requests made since the last call (see `MeteredSummarizer`)."""
+        return self._summarizer.take() if self._summarizer is not None else []
 
     @property
     def offers_search(self) -> bool:
