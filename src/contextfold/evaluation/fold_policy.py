@@ -28,7 +28,8 @@ from ..errors import ContextLengthError
 from ..manager import ContextFold
 from ..messages import NOTICE_SOURCE
 from ..recall import ID_PREFIX, RECALL_TOOL
-from ..summaries import render_transcript, scripted_summarizer
+from ..summaries import scripted_summarizer
+from ..summaries.metered import MeteredSummarizer
 from .counts import ExactCounts
 from .policy import Refusal, metadata_of
 from .scoring import View
@@ -69,36 +70,16 @@ class ContextFoldPolicy:
         return {**self.config, "max_tokens": capped}
 
     def start(self, window: int, counts: ExactCounts) -> ContextFoldSession:
-        summarizer = MeteredSummarizer(scripted_summarizer(), counts) if self.summarizes else None
+        summarizer = None
+        if self.summarizes:
+            # Each summarizer call priced as the transcript request it stands for.
+            summarizer = MeteredSummarizer(
+                scripted_summarizer(),
+                counts.request,
+                lambda text: counts({"role": "assistant", "content": text}),
+            )
         context = ContextFold(self.settings_for(window), summarizer=summarizer)
         return ContextFoldSession(context, summarizer)
-
-
-class MeteredSummarizer:
-    """The offline summarizer, each call measured as the request a transcript summarizer
-    sends (the summary prompt as system message, the rendered span as the user's) and its
-    answer, so the eval prices summarizing beside the views."""
-
-    def __init__(self, inner: Any, counts: ExactCounts) -> None:
-        self.inner = inner
-        self.counts = counts
-        self.name = inner.name
-        self.prompt = inner.prompt
-        self.made: list[PricedRequest] = []
-
-    async def __call__(self, messages: list[dict[str, Any]], max_tokens: int) -> str:
-        answer = await self.inner(messages, max_tokens)
-        request = [
-            {"role": "system", "content": self.prompt.text},
-            {"role": "user", "content": render_transcript(messages)},
-        ]
-        output = self.counts({"role": "assistant", "content": answer})
-        self.made.append(PricedRequest(self.counts.request(request), 0, output_tokens=output))
-        return str(answer)
-
-    def take(self) -> list[PricedRequest]:
-        made, self.made = self.made, []
-        return made
 
 
 class ContextFoldSession:
