@@ -13,6 +13,10 @@ listened     the steady request again with a 200,000-token budget (so the view i
              once, then steady) and a listener on every event, as a dashboard would have. The
              baseline keeps the history whole as the reference module does: a full
              re-estimate per request, the view cut from a copy, handed out as a safe copy.
+cost planner the steady request with a listener on every event and ``planner: cost``,
+             beside the same with the default threshold planner (the "naive" column),
+             batches interleaved: the cost planner's own overhead is the difference (goal:
+             under 5%).
 compaction   one request on a fresh manager whose history must be compacted (``set_messages``,
              untimed, then the timed request). The baseline re-estimates, then drops the oldest
              non-system message one at a time, re-estimating after each drop, until under target.
@@ -262,10 +266,12 @@ def _import_contextfold() -> Any:
     return ContextFold
 
 
-def new_contextfold(on_event: Callable[[str, dict[str, Any]], Any] | None = None) -> Any:
+def new_contextfold(
+    on_event: Callable[[str, dict[str, Any]], Any] | None = None, planner: str = "threshold"
+) -> Any:
     context_fold = _import_contextfold()
     return context_fold(
-        {"compact_threshold": COMPACT_THRESHOLD, "target_usage": TARGET_USAGE},
+        {"compact_threshold": COMPACT_THRESHOLD, "target_usage": TARGET_USAGE, "planner": planner},
         on_event=on_event,
     )
 
@@ -404,6 +410,33 @@ async def steady(
     return _measure(len(history), per_call, calls, note="per call")
 
 
+async def planner_overhead(history: list[dict[str, Any]], calls: int) -> tuple[Measure, Measure]:
+    """Per-call time of the steady request (a listener on every event, a budget nothing
+    exceeds, so both views are the same) with ``planner: cost`` beside the same with the
+    threshold planner, their batches interleaved so both see the same machine: the cost
+    planner prices every request it does not compact, and its overhead is the difference."""
+    subjects = {}
+    for planner in ("cost", "threshold"):
+        heard: list[str] = []
+        subject = new_contextfold(on_event=_Listener(heard), planner=planner)
+        await subject.set_messages(history)
+        await subject.get_messages_for_request(token_budget=HUGE_BUDGET)  # warm-up
+        subjects[planner] = subject
+    times: dict[str, list[float]] = {"cost": [], "threshold": []}
+    for _ in range(9):
+        for planner, subject in subjects.items():
+
+            async def batch(subject: Any = subject) -> None:
+                for _ in range(calls):
+                    await subject.get_messages_for_request(token_budget=HUGE_BUDGET)
+
+            times[planner].append(await _timed(batch) / calls)
+    n = len(history)
+    return tuple(  # type: ignore[return-value]
+        _measure(n, statistics.median(times[p]), calls, note="per call") for p in times
+    )
+
+
 # compaction -----------------------------------------------------------------
 
 
@@ -517,6 +550,11 @@ async def run_bench(args: argparse.Namespace) -> Report:
         report.rows.append(Row("listened", n, cf, nv))
         _log(f"  listened    contextfold {cf.seconds * 1e3:.3f}ms  naive {nv.seconds * 1e3:.3f}ms")
 
+        # the cost planner's own overhead on that steady request
+        cf, nv = await planner_overhead(history, calls)
+        report.rows.append(Row("cost_planner", n, cf, nv))
+        _log(f"  planner     cost {cf.seconds * 1e3:.3f}ms  threshold {nv.seconds * 1e3:.3f}ms")
+
         # compaction pass
         # Each side gets the same pressure: a budget that is the same fraction of the
         # history's size as that side counts it (exact tokens vs repr length / 4).
@@ -576,6 +614,16 @@ def evaluate_goals(rows: list[Row]) -> list[dict[str, Any]]:
                 "ok": listened.ratio >= 10,
             }
         )
+    for row in (r for r in rows if r.operation == "cost_planner"):
+        overhead = row.contextfold.seconds / row.naive.seconds - 1
+        goals.append(
+            {
+                "goal": f"planner: cost's own overhead on the steady request at "
+                f"{row.n:,} messages: < 5% (beside the threshold planner, same run)",
+                "value": f"{overhead:+.1%}",
+                "ok": overhead < 0.05,
+            }
+        )
     for operation, label in (("admission", "admission"), ("compaction", "compaction pass")):
         small, big = _row(rows, operation, 1_000), _row(rows, operation, 10_000)
         if small is None or big is None:
@@ -617,9 +665,11 @@ def print_report(report: Report) -> None:
         table.add_column(column, justify="right" if column != "operation" else "left")
     for row in report.rows:
         mark = "~" if row.naive.mode == "sampled" else ""
-        label = {"steady": "steady/call", "listened": "listened/call"}.get(
-            row.operation, row.operation
-        )
+        label = {
+            "steady": "steady/call",
+            "listened": "listened/call",
+            "cost_planner": "cost planner/call",
+        }.get(row.operation, row.operation)
         table.add_row(
             label,
             f"{row.n:,}",

@@ -75,7 +75,7 @@ def test_demo_writes_a_png_chart_and_json(demo: Outcome, numbers: dict[str, Any]
 def test_every_run_is_a_real_amplifier_session(numbers: dict[str, Any]) -> None:
     plans = numbers["mount_plans"]
     assert list(plans) == list(numbers["runs"])
-    assert list(plans) == ["unmanaged", "managed", "summarize", "clear_tool_uses"]
+    assert list(plans) == ["unmanaged", "managed", "cost", "summarize", "clear_tool_uses"]
     for name, plan in plans.items():
         assert plan["session"] == {"orchestrator": "loop-fold", "context": "context-fold"}
         provider = plan["providers"][0]
@@ -93,6 +93,10 @@ def test_every_run_is_a_real_amplifier_session(numbers: dict[str, Any]) -> None:
         "context_editing": {"type": "clear_tool_uses"}
     }
     assert plans["managed"]["context"]["config"] == {"report_events": "every_request"}
+    assert plans["cost"]["context"]["config"] == {
+        "report_events": "every_request",
+        "planner": "cost",
+    }
     # The summarize ladder with the rung's own defaults, compacting late and deep, the
     # session's provider summarizing; the task and everything else as in the other runs.
     assert plans["summarize"]["context"]["config"] == {
@@ -193,6 +197,21 @@ def test_every_run_is_priced_at_both_pricings(demo: Outcome, numbers: dict[str, 
     change = (managed - unmanaged["costs"]["anthropic"]) / unmanaged["costs"]["anthropic"]
     assert f"${managed:.4f} ({change:+.0%})" in rows[anthropic.name]
     assert "cheapest run was" in demo.out
+
+
+def test_the_cost_planner_run_is_the_cheapest_and_stays_inside_the_window(
+    numbers: dict[str, Any],
+) -> None:
+    runs = numbers["runs"]
+    cost, managed = runs["cost"], runs["managed"]
+    assert cost["completed"] and not cost["overflowed"] and cost["refused"] == 0
+    assert all(point["tokens"] <= cost["input_limit"] for point in cost["points"])
+    assert cost["history_messages"] == managed["history_messages"]
+    for pricing in ("anthropic", "openai"):
+        cheapest = min(run["costs"][pricing] for run in runs.values())
+        assert cost["costs"][pricing] == cheapest
+        # Cheaper than the defaults at the same window (this short task: about a sixth).
+        assert cost["costs"][pricing] < 0.9 * managed["costs"][pricing]
 
 
 def test_numbers_are_consistent(numbers: dict[str, Any]) -> None:
@@ -302,6 +321,23 @@ def test_every_tool_result_is_recalled_byte_identical(
     run = numbers["runs"]["summarize"]
     assert run["recall_checked"] == run["recall_identical"] == SUMMARY_STEPS
     assert numbers["runs"]["managed"]["recall_checked"] == 0  # asked of the summarize run
+
+
+@pytest.mark.slow
+def test_summary_requests_repeat_the_conversation_and_are_mostly_cache_reads(
+    summarized: tuple[Outcome, dict[str, Any]],
+) -> None:
+    demo, numbers = summarized
+    run = numbers["runs"]["summarize"]
+    # Every summary request was the conversation as last sent plus the instruction, read
+    # from the conversation's cache: most of what summarizing sent came from it.
+    assert run["summary_aligned"] == run["summary_requests"] > 0
+    assert run["summary_cache_read_tokens"] > 0.8 * run["summary_tokens"]
+    # Priced apart, and part of the run's total.
+    for pricing, usd in run["summary_costs"].items():
+        assert 0 < usd < run["costs"][pricing]
+    text = " ".join(demo.out.split())
+    assert f"{run['summary_cache_read_tokens']:,} tokens read from the cache" in text
 
 
 def test_summarize_column_prints_its_rungs_summaries_cache_and_totals(

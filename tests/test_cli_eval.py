@@ -227,3 +227,25 @@ def test_the_shipped_summarize_ladder_config_is_the_builtin_summarize_policy() -
 
     shipped = load_config_file(EXAMPLES / "summarize-ladder.yaml")
     assert shipped == dict(builtin_policy("summarize").config)
+
+
+@pytest.mark.slow
+def test_summary_requests_are_priced_apart_and_counted_in_the_cost(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    status, printed, err = run(
+        capsys,
+        "--corpus", "long-horizon", "--sessions", "2", "--window", "8000",
+        "--policy", "contextfold", "--policy", "summarize", "--out", str(out), "--no-chart",
+    )  # fmt: skip
+    assert status == EXIT_OK, err
+    totals = {t["policy"]: t for t in load(out)["totals"]}
+    summarizing, plain = totals["summarize"], totals["contextfold"]
+    assert plain["summary_requests"] == 0 and plain["summary_cost_anthropic_usd"] == 0
+    assert summarizing["summary_requests"] > 0
+    for pricing in ("anthropic", "openai"):
+        summary = summarizing[f"summary_cost_{pricing}_usd"]
+        assert 0 < summary < summarizing[f"cost_{pricing}_usd"]
+    said = " ".join(printed.split())
+    assert f"{summarizing['summary_requests']:,} summary requests" in said

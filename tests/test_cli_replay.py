@@ -802,3 +802,30 @@ def test_the_configs_own_prices_are_added(
     )  # fmt: skip
     assert status == EXIT_BAD_INPUT
     assert "no prices known for 'gpt-9000'" in err and err.count("\n") == 1
+
+
+def test_a_summarize_ladder_replays_offline_and_prices_its_summaries_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ladder = {"strategies": ["strip_thinking", "summarize", "truncate_tool_results", "drop_oldest"]}
+    messages = [SYSTEM, human("Look up every topic."), *agent_run(30, result_chars=1_500)[2:]]
+    result = replay_messages(messages, ladder, 8_000)
+    assert any("summarize" in row.applied for row in result.rows)
+    for priced in result.costs:
+        assert priced.summary_requests > 0 and 0 < priced.summary_usd < priced.sent_usd
+        assert priced.to_dict()["summary_requests"] == priced.summary_requests
+    # The command says so, beside the input cost; it used to stop with a traceback.
+    conversation = tmp_path / "session.json"
+    conversation.write_text(json.dumps(messages), encoding="utf-8")
+    config = tmp_path / "ladder.yaml"
+    config.write_text(
+        "strategies: [strip_thinking, summarize, truncate_tool_results, drop_oldest]\n"
+    )
+    status = main(
+        ["replay", str(conversation), "--config", str(config), "--window", "8000",
+         "--out", str(tmp_path / "out"), "--no-chart", "--quiet"]
+    )  # fmt: skip
+    out, err = capsys.readouterr()
+    assert status == EXIT_OK, err
+    said = " ".join(out.split())
+    assert f"({result.costs[0].summary_requests} requests, input and output)" in said

@@ -35,6 +35,10 @@ REPORT_EVENT_MODES = ("changes", "every_request")
 NOTICE_VERBOSITIES = ("normal", "minimal")
 NOTICE_VERBOSITY_ALIASES = {"verbose": "normal"}
 
+# When a pass runs: at the compaction trigger ("threshold"), or where the prompt cache's
+# prices make it cheapest, the trigger still a hard bound ("cost", `compaction.cost_plan`).
+PLANNERS = ("threshold", "cost")
+
 DEFAULT_COMPACT_THRESHOLD = 0.92
 DEFAULT_TARGET_USAGE = 0.50
 # The identifier ledger's room (docs/configuration.md has the measurements behind it): a
@@ -101,6 +105,8 @@ class ContextConfig:
     # OpenTelemetry spans of every request, admission, summary, recall, search and usage
     # reading: "auto" (when the opentelemetry package is installed) or "off".
     opentelemetry: str = "auto"
+    # When compaction runs (see PLANNERS); "cost" prices with `prices`, else the model's.
+    planner: str = "threshold"
 
     def __post_init__(self) -> None:
         _check_optional_positive_int("max_tokens", self.max_tokens)
@@ -194,6 +200,12 @@ class ContextConfig:
                 f"opentelemetry={shown(self.opentelemetry)} is not one of "
                 f"{', '.join(OPENTELEMETRY_MODES)} (default 'auto': spans when the "
                 "opentelemetry package is installed; 'off': none)."
+            )
+        if not _is_str(self.planner) or self.planner not in PLANNERS:
+            raise ConfigError(
+                f"planner={shown(self.planner)} is not one of {', '.join(PLANNERS)} (default "
+                "'threshold' compacts at compact_threshold; 'cost' compacts where the prompt "
+                "cache's prices make it cheapest, priced by the prices key)."
             )
         if self.prices is not None:
             # Frozen: the figures, checked once, replace the name or mapping given.

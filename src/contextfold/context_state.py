@@ -10,8 +10,10 @@ from typing import Any
 
 from .admission import Admission
 from .budget import BudgetDecision
+from .compaction.cost_plan import CacheWatch
 from .compaction.sticky import StickyView
 from .conventions import SystemPromptFactory
+from .costing import PricedRequest
 from .history import Appended, History
 from .meter import MeterStats, UsageReading
 from .recall import RecallError, parse_recall_id
@@ -28,6 +30,9 @@ class ContextState:
     last_reading: UsageReading | None = None  # the meter's last usage reading
     aside_reading: UsageReading | None = None  # a suspect reading set aside (see `request`)
     last_delivered_raw: int | None = None  # raw size of the last view handed out
+    # The last view handed out: the list it was taken from, its length then, and the system
+    # prompt factory's message it carried (see `Delivery.sent_prefix`).
+    last_sent: tuple[list[dict[str, Any]], int, Any] | None = None
     # -- per context --------------------------------------------------------------------------
     model: str | None = None
     last_budget: BudgetDecision | None = None  # the last one reported on context:budget
@@ -45,6 +50,9 @@ class ContextState:
     meter_inputs: tuple[Any, ...] | None = None
     meter_stats: MeterStats | None = None
     summary_events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    # What the cost planner (``planner: cost``) knows of the provider's cache.
+    cache_watch: CacheWatch = field(default_factory=CacheWatch)
+    last_priced: PricedRequest | None = None  # the last view as the report priced it
 
     @classmethod
     def fresh(cls, history: History, model: str | None) -> ContextState:
@@ -58,6 +66,7 @@ class ContextState:
         self.last_reading = None
         self.aside_reading = None
         self.last_delivered_raw = None
+        self.last_sent = None
 
     def admitted(self, admission: Admission) -> Appended:
         """Append a prepared message to history and to the sticky view."""

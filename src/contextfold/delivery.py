@@ -12,9 +12,12 @@ from .cache_marks import marked_view
 from .compaction.planner import PassResult
 from .config import ContextConfig
 from .context_state import ContextState
+from .costing import PricedRequest, request_cost
 from .events import BUDGET, COMPACTION, REPAIRED, REPORT, EventSink
 from .meter import MeterStats, UsageReading
+from .prices import Prices
 from .report import RequestReport, compaction_event
+from .summaries.aligned import SentPrefix
 from .views import detached
 
 Events = list[tuple[str, dict[str, Any]]]
@@ -40,6 +43,7 @@ class Thresholds:
     ratio: float
     hard_fit: bool
     source: str = "estimate"  # "estimate", "actual" or "provider_count"
+    reason: str = ""  # why a pass ran (see `RequestReport.compacted_by`)
 
 
 @dataclass(slots=True)
@@ -57,6 +61,10 @@ class Planned:
     result: PassResult | None = None  # the pass this request committed, if any
     system_prompt: SystemPromptView | None = None
     share: bool = False  # hand out the context's own list and messages (internal readers)
+    # The prices the report's cost is computed with, and the view's leading tokens a pass
+    # leaves as they are (what the request after a pass still reads from the cache).
+    prices: Prices | None = None
+    head: int = 0
 
 
 class Delivery:
@@ -70,6 +78,16 @@ class Delivery:
     def report(self, state: ContextState, planned: Planned) -> RequestReport:
         result, decision, limits = planned.result, planned.decision, planned.thresholds
         sticky = state.sticky
+        cost, prices = 0.0, planned.prices
+        if prices is not None:
+            previous = state.last_priced
+            if previous is None or result is not None:
+                prefix = planned.head if previous is not None else 0
+            else:
+                prefix = min(previous.tokens, planned.after)
+            priced = PricedRequest(planned.after, prefix)
+            cost = round(request_cost(prices, priced, previous).usd, 6)
+            state.last_priced = priced
         # Positional, in field order (keywords cost a third more on every request).
         return RequestReport(
             planned.before,
@@ -92,6 +110,9 @@ class Delivery:
             sticky.missed_target_at is not None,  # floor_bound
             result.relaxed if result else [],
             len(state.history.repairs),  # repairs_total
+            cost,  # cost_usd
+            prices.name if prices is not None else "",
+            limits.reason,  # compacted_by
         )
 
     def deliver(self, state: ContextState, planned: Planned) -> tuple[list[dict[str, Any]], Events]:
@@ -103,15 +124,10 @@ class Delivery:
         the context's own list and messages handed out.
         """
         messages, share, system_prompt = planned.messages, planned.share, planned.system_prompt
-        if system_prompt is None:
-            view = messages if share else [detached(message) for message in messages]
-        else:
-            hidden = system_prompt.hidden
-            view = [dict(system_prompt.message)]
-            copy = _shared if share else detached
-            view.extend(copy(m) for m in messages if id(m) not in hidden)
-        if not share and self.config.cache_breakpoints != "off":
-            view = marked_view(view, self.config.cache_breakpoints)  # on the copies only
+        view = self._copies(messages, system_prompt, share)
+        # What was sent, kept as the list it came from and its length (no copy): a summary
+        # request sends it again (`sent_prefix`) while no pass has replaced that list.
+        state.last_sent = (messages, len(messages), system_prompt)
         report = self.report(state, planned)
         state.last_delivered_raw = planned.view_raw
         state.last_report = report
@@ -132,6 +148,56 @@ class Delivery:
         if budget_changed or result is not None or self.config.report_events == "every_request":
             events.append((REPORT, report.to_dict()))
         return view, events
+
+    def _copies(
+        self,
+        messages: list[dict[str, Any]],
+        system_prompt: SystemPromptView | None,
+        share: bool,
+    ) -> list[dict[str, Any]]:
+        if system_prompt is None:
+            view = messages if share else [detached(message) for message in messages]
+        else:
+            hidden = system_prompt.hidden
+            view = [dict(system_prompt.message)]
+            copy = _shared if share else detached
+            view.extend(copy(m) for m in messages if id(m) not in hidden)
+        if not share and self.config.cache_breakpoints != "off":
+            view = marked_view(view, self.config.cache_breakpoints)  # on the copies only
+        return view
+
+    def sent_prefix(self, state: ContextState) -> SentPrefix | None:
+        """The view as the last request sent it, byte for byte, with the position of every
+        history message in it: the prefix of a cache-aligned summary request. None when
+        nothing was sent yet, or a pass (or a re-assembly) has replaced that view since."""
+        last = state.last_sent
+        sticky = state.sticky
+        if last is None or last[0] is not sticky.view:
+            return None
+        messages, count, system_prompt = last
+        sent = messages[:count]
+        copies = self._copies(sent, system_prompt, share=False)
+        offset = 0 if system_prompt is None else 1
+        hidden = set() if system_prompt is None else system_prompt.hidden
+        at: dict[int, int] = {}
+        for message in sent:
+            if id(message) not in hidden:
+                at[id(message)] = offset
+                offset += 1
+        fold_state = sticky.state
+        positions: dict[int, int] = {}
+        for index, entry in enumerate(state.history.entries):
+            swap = fold_state.truncated.get(index)
+            shown = swap[0] if swap is not None else entry.view
+            if shown is not None and id(shown) in at:
+                positions[index] = at[id(shown)]
+        summary = fold_state.summary
+        return SentPrefix(
+            copies,
+            positions,
+            fold_state.summary_record,
+            at.get(id(summary)) if summary is not None else None,
+        )
 
 
 def meter_stats(state: ContextState, mode: str) -> MeterStats | None:

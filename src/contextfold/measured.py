@@ -279,6 +279,7 @@ class _Negotiation:
             len(final.view),
             limits,
             result,
+            prices=self.planner.prices(self.state.model),
         )
         return self.planner.delivery.deliver(self.state, planned)[1]
 

@@ -36,6 +36,13 @@ class RequestReport:
     floor_bound: bool = False
     relaxed: list[str] = field(default_factory=list)  # soft protections that yielded this pass
     repairs_total: int = 0  # sequence faults admitted and mended in the view so far
+    # What this request's input costs by the cost model (`costing`), read from the cache
+    # where it repeats the one before, at `prices` (the config's, else the model's family,
+    # else Anthropic's reference); and why a pass ran: "trigger", "budget", "retained",
+    # "optimal_peak" or "cold_cache" (the cost planner's), "" when none did.
+    cost_usd: float = 0.0
+    prices: str = ""
+    compacted_by: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         # Field by field rather than dataclasses.asdict, which deep-copies through a
@@ -69,6 +76,9 @@ assert _FIELDS == (
     "floor_bound",
     "relaxed",
     "repairs_total",
+    "cost_usd",
+    "prices",
+    "compacted_by",
 )
 
 

@@ -13,11 +13,19 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from .budget import BudgetDecision, derive_budget
+from .compaction.cost_plan import (
+    COST_PASS_TARGET,
+    PeakRule,
+    RequestSizes,
+    plan_request,
+    planner_prices,
+)
 from .compaction.floor import floor_error
 from .compaction.planner import (
     PassPlan,
@@ -41,6 +49,7 @@ from .errors import ContextLengthError
 from .events import EventSink
 from .meter import readings_agree
 from .persistence import Persistence
+from .prices import Prices
 from .summary_pass import SummaryPass, without_summaries
 from .tokens import CalibratedCounter, TokenCounter
 
@@ -88,6 +97,9 @@ class RequestPlanner:
         self.settings = pass_settings(config)
         self.summaries = summaries
         self.delivery = delivery
+        self.cost_planned = config.planner == "cost"
+        self._prices: dict[str | None, Prices] = {}  # the cost planner's, by model
+        self._rules: dict[str, PeakRule] = {}  # its rule, by the prices' name
 
     # -- sizes ------------------------------------------------------------------------------
 
@@ -283,11 +295,12 @@ class RequestPlanner:
         messages_before = len(view)
         budget = decision.effective_budget
 
+        prices = self.prices(model)
         if not cfg.compaction_enabled:
             limits = Thresholds(budget, budget, ratio, hard_fit)
             return Planned(
                 view, before_raw, decision, estimate, estimate, messages_before,
-                messages_before, limits, None, system_prompt, share,
+                messages_before, limits, None, system_prompt, share, prices,
             )  # fmt: skip
 
         reserve = self.notice_reserve(budget)
@@ -327,24 +340,42 @@ class RequestPlanner:
         # Never deliver a view over the budget by either figure: an under-reporting meter
         # (one usage shape read as another) must not let the estimate overflow.
         over_budget = max(measured, estimate) > budget
-        if messages_size > fires_at or restore or over_budget or repin:
+        head = self.head_tokens(state, ratio, overhead)
+        reason = (
+            "budget" if over_budget
+            else "retained" if restore
+            else "pins" if repin
+            else "trigger" if messages_size > fires_at
+            else ""
+        )  # fmt: skip
+        cost_planned = self.cost_planned and not hard_fit
+        if cost_planned and not reason:
+            reason = self.cost_reason(state, prices, messages_size, fires_at, target, head)
+        # A pass the budget forces is the threshold planner's: deep would not pay there.
+        cost_planned = cost_planned and reason not in ("budget", "retained", "pins")
+        if reason:
 
             def raw(tokens: int) -> int:
                 return max(0, math.floor((tokens - overhead) / ratio) - request_raw)
 
-            # Passes coming every few requests go deeper (see `cadence`).
-            deep = target if hard_fit else sticky.cadence.target(messages_size, trigger, target)
+            # Passes coming every few requests go deeper (see `cadence`); a cost pass as
+            # deep as protection lets it (see `cost_plan`), the trigger still its limit.
+            if cost_planned:
+                deep = COST_PASS_TARGET
+            else:
+                deep = target if hard_fit else sticky.cadence.target(messages_size, trigger, target)
             result, adopted = await self._pass(
                 state,
                 budget,
                 PassPlan(
                     target_raw=raw(deep),
-                    limit_raw=raw(trigger if deep == target else deep),
+                    limit_raw=raw(trigger if deep == target or cost_planned else deep),
                     budget_raw=raw(budget),
                     retained=retained,
                     notice_reserve=reserve,
                     values=sticky.values if cfg.ledger_share > 0 else None,
                     ledger_raw=math.floor(self.ledger_room(budget) / ratio),
+                    deep=cost_planned,
                 ),
                 request_raw,
             )
@@ -390,13 +421,52 @@ class RequestPlanner:
             after_estimate = estimate
         if result is None:
             sticky.cadence.waited()
+        if self.cost_planned:
+            state.cache_watch.delivered(time.time(), result is not None)
         state.meter_inputs = (source, estimate, before_raw, measured, state.last_reading, ratio)
         state.meter_stats = None
-        limits = Thresholds(trigger, target, ratio, hard_fit, source)
+        limits = Thresholds(
+            trigger, target, ratio, hard_fit, source, reason if result is not None else ""
+        )
         return Planned(
             delivered, delivered_raw, decision, estimate, after_estimate, messages_before,
-            len(delivered), limits, result, system_prompt, share,
+            len(delivered), limits, result, system_prompt, share, prices, head,
         )  # fmt: skip
+
+    def prices(self, model: str | None) -> Prices:
+        """What requests are priced with: the configured prices, else the model's family,
+        else Anthropic's reference (see `cost_plan.planner_prices`)."""
+        prices = self._prices.get(model)
+        if prices is None:
+            prices = self._prices[model] = planner_prices(self.config.prices, model)
+        return prices
+
+    def head_tokens(self, state: ContextState, ratio: float, overhead: int) -> int:
+        """The view's leading system messages and first prompt, which a pass leaves as they
+        are, in tokens (with what rides on every request)."""
+        history = state.history
+        first = history.first_human
+        head_raw = 0 if first is None else sum(e.cost for e in history.entries[: first + 1])
+        return math.ceil(head_raw * ratio) + overhead
+
+    def cost_reason(
+        self,
+        state: ContextState,
+        prices: Prices,
+        size: int,
+        hard_bound: int,
+        target: int,
+        head: int,
+    ) -> str:
+        """Why ``planner: cost`` compacts a view of ``size`` tokens now under the hard bound
+        ("optimal_peak", "cold_cache"), or "" (see `compaction.cost_plan`)."""
+        rule = self._rules.get(prices.name)
+        if rule is None:
+            rule = self._rules[prices.name] = PeakRule(prices)
+        cadence = state.sticky.cadence
+        sizes = RequestSizes(size, hard_bound, target, head, cadence.after, cadence.requests)
+        warm = state.cache_watch.warm(prices.cache_lifetime, time.time(), state.last_reading)
+        return plan_request(rule, sizes, warm)
 
     async def _pass(
         self, state: ContextState, budget: int, plan: PassPlan, request_raw: int
@@ -430,8 +500,10 @@ class RequestPlanner:
         result = run_pass(history, base, self.counter, self.settings, plan)
         if summaries is not None and result.state.pending_summary:
             budget_raw = (plan.budget_raw or 0) - request_raw
+            # The request is cache-aligned when the view as last sent holds the span.
+            prefix = self.delivery.sent_prefix(state)
             folded = await summaries.fold(
-                history, result, budget_raw, blocks, state.summary_events, plan.values
+                history, result, budget_raw, blocks, state.summary_events, plan.values, prefix
             )
             if folded is None:
                 plan = replace(plan, ladder=without_summaries(self.ladder))

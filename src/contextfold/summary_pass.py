@@ -31,6 +31,7 @@ from .summaries import (
     covered_hash,
 )
 from .summaries.adoption import stored_chain
+from .summaries.aligned import SentPrefix
 from .tokens import TokenCounter
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,8 @@ class SummaryStats:
     reused: int = 0  # spans whose summary was found in the store (no call)
     written: int = 0  # summary records written to the store
     failures: int = 0  # passes whose summary failed and fell through to the next rung
+    aligned: int = 0  # calls sent as cache-aligned requests (the view as last sent, then
+    # the instruction: see `summaries.aligned`)
 
     def counts(self) -> tuple[int, int, int]:
         """(calls, written, reused): what a request's telemetry span reports the change of."""
@@ -123,17 +126,19 @@ class SummaryPass:
         blocks: Sequence[tuple[int, ...]],
         events: Events,
         values: ValueIndex | None = None,
+        prefix: SentPrefix | None = None,
     ) -> PassResult | None:
         """Fold the turns the pass summarized into the summary the view carries, checked
         against the values of its span (`ledger.check_summary`: what the summary leaves out
         is appended verbatim with recall ids, as room allows, or goes to the ledger). None
         when the summarizer failed or its summary would not fit: the caller plans the pass
-        again without the summarize rung (see `without_summaries`)."""
+        again without the summarize rung (see `without_summaries`). ``prefix`` is the view
+        as last sent, for cache-aligned requests."""
         state = result.state
         pending = state.pending_summary
         record: SummaryRecord | None = state.summary_record
         ids: list[int] = []
-        calls = reused = written = 0
+        calls = reused = written = aligned = 0
         failed: SummaryFailure | None = None
         for block in blocks:
             block_ids = [i for u in block if u in pending for i in history.units[u].entries]
@@ -145,7 +150,9 @@ class SummaryPass:
                 [history.entries[i].message for i in block_ids],
                 block_ids,
                 session_id=self.session_id,
+                prefix=prefix,
             )
+            aligned += fold.aligned
             calls, reused, written = (
                 calls + fold.calls,
                 reused + fold.reused,
@@ -159,7 +166,9 @@ class SummaryPass:
         stats.calls += calls
         stats.reused += reused
         stats.written += written
+        stats.aligned += aligned
         event: dict[str, Any] = {"covers": len(ids), "calls": calls, "reused": reused}
+        event["aligned"] = aligned
         event["written"] = written
         if failed is None and record is not None:
             size = self.folder.max_output_tokens

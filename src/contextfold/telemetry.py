@@ -396,14 +396,17 @@ def output_tokens_of(data: Mapping[str, Any]) -> int | None:
 
 class TracedSummarizer:
     """A summarizer whose every call is a ``contextfold.summarize`` span (the name and prompt
-    records cite are the wrapped summarizer's, so stored summaries still match)."""
+    records cite are the wrapped summarizer's, so stored summaries still match, and it takes
+    cache-aligned requests when the wrapped one does)."""
 
     def __init__(self, summarizer: Any, telemetry: Telemetry) -> None:
         self._summarizer = summarizer
         self._telemetry = telemetry
+        from .summaries.aligned import takes_aligned_requests
         from .summaries.summarizer import summarizer_identity
 
         self.name, self.prompt = summarizer_identity(summarizer)
+        self.aligned_requests = takes_aligned_requests(summarizer)
 
     async def __call__(self, messages: list[dict[str, Any]], max_tokens: int) -> str:
         def before(span: Any) -> None:

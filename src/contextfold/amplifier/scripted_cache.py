@@ -45,6 +45,15 @@ class PrefixCache:
         self.tools_key, self.message_keys = tools_key, keys
         return shared
 
+    def peek(self, tools_key: str, tools_cost: int, keys: list[str], costs: Sequence[int]) -> int:
+        """`shared`, leaving the remembered request as it is (a request that branches off
+        the conversation, such as a cache-aligned summary request: the provider keeps the
+        conversation's prefix cached for the next turn)."""
+        remembered = self.tools_key, self.message_keys
+        shared = self.shared(tools_key, tools_cost, keys, costs)
+        self.tools_key, self.message_keys = remembered
+        return shared
+
 
 @dataclass(frozen=True)
 class BreakpointBill:

@@ -51,7 +51,12 @@ deterministic extractive digest of the transcript in its user message
 (:func:`contextfold.summaries.digest.digest_transcript`), within the request's
 ``max_output_tokens``. It is measured like any request (a record with ``purpose="summary"``,
 usage on ``llm:response`` with ``"purpose": "summary"``), does not consume a script step, and
-has its own prompt-cache lane, as a real provider caches each distinct prefix apart.
+has its own prompt-cache lane, as a real provider caches each distinct prefix apart. A
+cache-aligned summary request (its metadata names the span: ``"aligned": {...}``, see
+``contextfold.summaries.aligned``) is the conversation as last sent and an instruction: it is
+measured against the conversation's cache (by the breakpoint rules when it carries marks),
+without changing what that cache remembers for the next chat request, and its record says
+``cache_lane="conversation"``; the digest is of the span it names.
 """
 
 from __future__ import annotations
@@ -105,6 +110,7 @@ from contextfold.amplifier.sequence_check import (
 from contextfold.context_editing import clear_tool_uses
 from contextfold.summaries.digest import digest_transcript
 from contextfold.summaries.summarizer import SUMMARY_METADATA_KEY, SUMMARY_REQUEST_MARKER
+from contextfold.summaries.transcript import SUMMARY_REQUEST_KEY, render_transcript
 from contextfold.tokens import ExactCounter, TokenCounter
 
 __all__ = [
@@ -158,7 +164,10 @@ class RequestRecord:
     # prefix cache reads), whichever rule billed it.
     prefix_tokens: int = 0
     cache_rule: str = "automatic"  # "breakpoints" when the request carried cache_control marks
-    cleared_tool_uses: int = 0  # tool results server-side context editing cleared
+    cleared_tool_uses: int = 0
+    # Which cache a summary request was measured against: its own lane, or the
+    # conversation's (a cache-aligned request).
+    cache_lane: str = "own"  # tool results server-side context editing cleared
 
     @property
     def fresh_tokens(self) -> int:
@@ -307,7 +316,7 @@ class ScriptedProvider:
     async def complete(self, request: ChatRequest, **kwargs: Any) -> ChatResponse:
         messages, tools = _payload(request)
         if is_summary_request(request):
-            return await self._answer_summary(request, messages)
+            return await self._answer_summary(request, messages, tools)
         await self._emit(
             "llm:request",
             {
@@ -391,7 +400,7 @@ class ScriptedProvider:
     # -- summary requests ----------------------------------------------------------------
 
     async def _answer_summary(
-        self, request: ChatRequest, messages: list[dict[str, Any]]
+        self, request: ChatRequest, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
     ) -> ChatResponse:
         """Answer a summary request with the digest, measured and recorded like any request."""
         purpose = {"purpose": "summary"}
@@ -413,35 +422,65 @@ class ScriptedProvider:
                 context_window=self.config.context_window,
                 model=self.config.model,
             )
-        # The summary prompt is a prefix of its own: measure it against the previous summary
-        # request, leaving the conversation's cache lane as it was.
-        keys = [canonical(m) for m in messages]
-        shared = self._summary_cache.shared(canonical({"tools": []}), 0, keys, message_costs)
-        cache_read = self._scaled(shared)
+        aligned = _aligned_span(request)
+        lane = "own"
+        cache_write = None
+        marks: list[int] = []
+        if aligned is not None and len(messages) > aligned["last"] + 1:
+            # The conversation as last sent (its tool schemas too), then the instruction:
+            # read from the conversation's cache, which keeps remembering the last chat
+            # request for the next one.
+            lane = "conversation"
+            prepared, marks, _ = self._prepared(messages, tools)
+            raw, message_costs, tools_cost = self._raw_size(prepared, tools)
+            total = self._scaled(raw)
+            keys = [canonical(m) for m in prepared]
+            tools_key = canonical({"tools": tools})
+            shared = self._cache.peek(tools_key, tools_cost, keys, message_costs)
+            cache_read = self._scaled(shared)
+            if marks:
+                blocks = [block_count(m) for m in prepared]
+                bill = self._breakpoints.bill(
+                    tools_key, tools_cost, keys, message_costs, blocks, marks
+                )
+                cache_read = self._scaled(bill.read)
+                cache_write = min(self._scaled(bill.read + bill.write), total) - cache_read
+            tagged = {**messages[-1], "metadata": {SUMMARY_REQUEST_KEY: aligned}}
+            transcript = render_transcript([*messages[:-1], tagged])
+        else:
+            # The summary prompt is a prefix of its own: measure it against the previous
+            # summary request, leaving the conversation's cache lane as it was.
+            keys = [canonical(m) for m in messages]
+            shared = self._summary_cache.shared(canonical({"tools": []}), 0, keys, message_costs)
+            cache_read = self._scaled(shared)
+            transcript = "\n".join(text_content(m) for m in messages if m.get("role") == "user")
+        if cache_write is None:
+            cache_write = total - cache_read
         limit = min(request.max_output_tokens or self.config.max_output_tokens,
                     self.config.max_output_tokens)  # fmt: skip
-        transcript = "\n".join(text_content(m) for m in messages if m.get("role") == "user")
         answer = digest_transcript(transcript, limit, self.counter)
         output = self._scaled(self.counter.count_text(answer)) if answer else 0
         self.records.append(
             RequestRecord(
                 index=index,
-                input_tokens=cache_read,
+                input_tokens=total - cache_write,
                 cache_read_tokens=cache_read,
-                cache_write_tokens=total - cache_read,
+                cache_write_tokens=cache_write,
                 output_tokens=output,
                 message_count=len(messages),
                 window=self.config.window,
                 overflowed=total > self.config.window,
                 purpose="summary",
                 prefix_tokens=cache_read,
+                cache_rule="breakpoints" if lane == "conversation" and marks else "automatic",
+                cache_lane=lane,
             )
         )
         usage = {
-            "input_tokens": cache_read,
+            "input_tokens": total - cache_write,
             "output_tokens": output,
             "cache_read_tokens": cache_read,
-            "cache_write_tokens": total - cache_read,
+            "cache_write_tokens": cache_write,
             "total_tokens": total + output,
         }
         await self._emit(
@@ -527,6 +566,15 @@ def _payload(request: ChatRequest) -> tuple[list[dict[str, Any]], list[dict[str,
     messages = [m.model_dump(exclude_none=True, exclude={"metadata"}) for m in request.messages]
     tools = [t.model_dump(exclude_none=True) for t in request.tools or []]
     return messages, tools
+
+
+def _aligned_span(request: ChatRequest) -> dict[str, Any] | None:
+    """The span a cache-aligned summary request names in its metadata, or None."""
+    tag = (request.metadata or {}).get(SUMMARY_METADATA_KEY)
+    span = tag.get("aligned") if isinstance(tag, Mapping) else None
+    if not isinstance(span, Mapping) or not isinstance(span.get("last"), int):
+        return None
+    return dict(span)
 
 
 def is_summary_request(request: ChatRequest) -> bool:

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from contextfold.amplifier.orchestrator import _tool_spec as tool_spec
 from contextfold.errors import ConfigError
 from contextfold.summaries import DEFAULT_SUMMARY_PROMPT, SummaryPrompt, amplifier_summarizer
 from contextfold.summaries.summarizer import AmplifierSummarizer
@@ -83,4 +84,10 @@ def mounted_summarizer(coordinator: Any, spec: Any) -> AmplifierSummarizer:
                 f"summarizer prompt_file {str(path)!r} cannot be used: {error}."
             ) from None
     provider = MountedProvider(coordinator, spec.get("provider"))
-    return amplifier_summarizer(provider, spec.get("model"), prompt)
+
+    def tool_specs() -> list[Any]:
+        # The schemas loop-fold sends with every request, in its order: a cache-aligned
+        # summary request sends them again (see `contextfold.summaries.aligned`).
+        return [tool_spec(tool) for tool in (coordinator.get("tools") or {}).values()]
+
+    return amplifier_summarizer(provider, spec.get("model"), prompt, tools=tool_specs)

@@ -56,7 +56,7 @@ UNMANAGED_COLOR = "#7b1fa2"
 MANAGED_COLOR = "#1565c0"
 SUMMARIZE_COLOR = "#2e7d32"
 SERVER_EDITING_COLOR = "#ef6c00"
-DEMO_WIDTH = 140  # columns of the demo's printout when stdout is not a terminal
+DEMO_WIDTH = 160  # columns of the demo's printout when stdout is not a terminal
 # A replay this long shows a progress bar (on a terminal, without --quiet); shorter ones end
 # before a bar would be worth drawing.
 PROGRESS_MIN_MESSAGES = 5_000
@@ -229,6 +229,9 @@ def _demo_verdict(result: DemoResult) -> str:
         f"({'inside' if fits else 'OVER'} the limit) after {managed.compactions} compactions, "
         f"and the history still holds all {managed.history_messages} messages."
     )
+    planned = result.run("cost")
+    if planned is not None:
+        verdict += "\n" + _cost_planner_verdict(planned, managed)
     summarized = result.summarized
     if summarized is not None:
         verdict += "\n" + _summarize_verdict(summarized, unmanaged)
@@ -236,6 +239,22 @@ def _demo_verdict(result: DemoResult) -> str:
     if edited is not None:
         verdict += "\n" + _server_editing_verdict(edited)
     return verdict + "\n" + _cost_verdict(result)
+
+
+def _cost_planner_verdict(run: RunSummary, managed: RunSummary) -> str:
+    fits = run.largest_request <= run.input_limit
+    changes = ", ".join(
+        f"{(run.costs[name] - managed.costs[name]) / managed.costs[name]:+.0%} at "
+        f"{PROVIDER_LABELS[name]}'s prices"
+        for name in REFERENCE_PRICING
+        if managed.costs.get(name) and name in run.costs
+    )
+    return (
+        f"With the cost planner the largest request was {run.largest_request:,} "
+        f"({'inside' if fits else 'OVER'} the limit) after {run.compactions} compactions, "
+        f"timed and sized by the prompt cache's prices; beside context-fold's defaults: "
+        f"{changes}."
+    )
 
 
 def _server_editing_verdict(run: RunSummary) -> str:
@@ -265,6 +284,14 @@ def _cost_verdict(result: DemoResult) -> str:
 def _summarize_verdict(run: RunSummary, unmanaged: RunSummary) -> str:
     fits = run.largest_request <= run.input_limit
     saving = 1 - run.total_tokens / unmanaged.total_tokens if unmanaged.total_tokens else 0.0
+    summary_cost = ", ".join(
+        f"${usd:.4f} at {name}'s prices" for name, usd in run.summary_costs.items()
+    )
+    if run.summary_aligned:
+        summary_cost += (
+            f"; {run.summary_aligned} of them repeated the conversation's prompt, "
+            f"{run.summary_cache_read_tokens:,} tokens read from the cache"
+        )
     recall = (
         f"{run.recall_identical} of {run.recall_checked} tool results came back byte-identical "
         "when recalled by id"
@@ -273,8 +300,8 @@ def _summarize_verdict(run: RunSummary, unmanaged: RunSummary) -> str:
         f"With the summarize ladder the largest request was {run.largest_request:,} "
         f"({'inside' if fits else 'OVER'} the limit); {run.summary_calls} summarizer calls "
         f"wrote {run.summaries_written} summaries and {run.summaries_reused} were reused, "
-        f"costing {run.summary_tokens:,} tokens, counted in its total ({saving:.0%} below "
-        f"the run without compaction); {recall}."
+        f"costing {run.summary_tokens:,} tokens ({summary_cost}), counted in its total "
+        f"({saving:.0%} below the run without compaction); {recall}."
     )
 
 

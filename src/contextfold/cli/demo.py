@@ -13,6 +13,8 @@ the ``tool-doc-lookup`` tool. They differ in the context's config only (`RunSpec
   ``clear_tool_uses`` at its documented defaults (trigger 100,000 tokens scaled to the
   window, keep 3 tool uses) to every request before it measures, caches and enforces its
   window on it, as the server does (`contextfold.context_editing`);
+- *cost planner*: the defaults with ``planner: cost``: compaction when the prompt cache's
+  prices make a pass cheapest, and as deep as protection lets it (`compaction.cost_plan`);
 - *summarize ladder*: the ladder with the ``summarize`` rung (`SUMMARIZE_LADDER`, the rung's
   settings left at their defaults), compacting late and deep for the prompt cache
   (`CACHE_FRIENDLY_SETTINGS`), and the session's ``provider-scripted`` as summarizer (it
@@ -111,7 +113,8 @@ class DemoSettings:
     # the message-only budget with the measured request (the provider counts the whole
     # request, tool schemas included) instead of no compaction with context-fold.
     tools: int = 0
-    summarize: bool = True  # a third run with the summarize ladder (not with tools)
+    cost_planner: bool = True  # a run with ``planner: cost`` (not with tools)
+    summarize: bool = True  # a run with the summarize ladder (not with tools)
     server_editing: bool = True  # a run with the provider's clear_tool_uses (not with tools)
     cache_breakpoints: bool = False  # every context marks Anthropic cache breakpoints
 
@@ -161,6 +164,14 @@ def demo_runs(settings: DemoSettings) -> tuple[RunSpec, ...]:
         )
         for key, managed in (("unmanaged", False), ("managed", True))
     ]
+    if settings.cost_planner and not settings.tools:
+        runs.append(
+            RunSpec(
+                "cost",
+                "cost planner",
+                {**_context_config(replace(settings, store=None), managed=True), "planner": "cost"},
+            )
+        )
     if settings.summarize and not settings.tools:
         runs.append(
             RunSpec("summarize", "summarize ladder", summarize_config(**CACHE_FRIENDLY_SETTINGS))
@@ -232,6 +243,8 @@ class RunSummary:
     summarizes: bool = False  # the ladder has the summarize rung
     summary_requests: int = 0  # served summary requests, as the provider recorded them
     summary_tokens: int = 0  # their input and output: what summarizing cost
+    summary_cache_read_tokens: int = 0  # of their input, what was read from a prompt cache
+    summary_aligned: int = 0  # summary requests that repeated the conversation's prompt
     summary_calls: int = 0  # context.summary_stats
     summaries_written: int = 0
     summaries_reused: int = 0
@@ -350,19 +363,32 @@ def run_costs(
     """What a run cost under each reference pricing, from the provider's records: per chat
     request, the run's total (chat and summary requests, input and output), and the summary
     requests' share. A refused request is not billed and leaves the cache as it was; the
-    summary requests are their own cache lane, as the provider keeps them."""
+    summary requests are their own cache lane, as the provider keeps them, except a
+    cache-aligned one (``cache_lane == "conversation"``), priced after the chat request it
+    repeats (the conversation's lane, which it leaves as it was)."""
     pricings = dict(zip(REFERENCE_PRICING, reference_prices(), strict=True))
     per_request: list[dict[str, float]] = [{} for _ in chat]
     totals = {name: 0.0 for name in pricings}
     summary_totals = {name: 0.0 for name in pricings}
+    own = [r for r in summaries if getattr(r, "cache_lane", "own") != "conversation"]
+    aligned = [r for r in summaries if getattr(r, "cache_lane", "own") == "conversation"]
     for name, prices in pricings.items():
         for position, cost in _lane_costs(prices, chat):
             per_request[position][name] = cost
             totals[name] += cost
-        for _, cost in _lane_costs(prices, summaries):
+        for _, cost in _lane_costs(prices, own):
             summary_totals[name] += cost
+        for record in aligned:
+            before = [r for r in chat if r.index < record.index and not r.rejected]
+            summary_totals[name] += _record_cost(
+                prices, record, _priced(before[-1]) if before else None
+            )
         totals[name] += summary_totals[name]
     return per_request, totals, summary_totals
+
+
+def _priced(record: Any) -> PricedRequest:
+    return PricedRequest(record.request_tokens, record.prefix_tokens)
 
 
 def _lane_costs(prices: Prices, records: Sequence[Any]) -> list[tuple[int, float]]:
@@ -371,23 +397,24 @@ def _lane_costs(prices: Prices, records: Sequence[Any]) -> list[tuple[int, float
     for position, record in enumerate(records):
         if record.rejected:
             continue
-        if record.cache_rule == "breakpoints" and prices.caching == "explicit":
-            # Billed by the breakpoint rules: the provider's own reads and writes stand.
-            cost = billed_cost(
-                prices,
-                fresh=record.request_tokens - record.cache_read_tokens - record.cache_write_tokens,
-                cache_read=record.cache_read_tokens,
-                cache_write=record.cache_write_tokens,
-                output=record.output_tokens,
-            )
-        else:
-            priced = PricedRequest(
-                record.request_tokens, record.prefix_tokens, record.output_tokens
-            )
-            cost = request_cost(prices, priced, previous).usd
-        previous = PricedRequest(record.request_tokens, record.prefix_tokens)
-        costs.append((position, cost))
+        costs.append((position, _record_cost(prices, record, previous)))
+        previous = _priced(record)
     return costs
+
+
+def _record_cost(prices: Prices, record: Any, previous: PricedRequest | None) -> float:
+    """One record's cost, after ``previous`` in its cache lane."""
+    if record.cache_rule == "breakpoints" and prices.caching == "explicit":
+        # Billed by the breakpoint rules: the provider's own reads and writes stand.
+        return billed_cost(
+            prices,
+            fresh=record.request_tokens - record.cache_read_tokens - record.cache_write_tokens,
+            cache_read=record.cache_read_tokens,
+            cache_write=record.cache_write_tokens,
+            output=record.output_tokens,
+        )
+    priced = PricedRequest(record.request_tokens, record.prefix_tokens, record.output_tokens)
+    return request_cost(prices, priced, previous).usd
 
 
 def _context_config(settings: DemoSettings, *, managed: bool) -> dict[str, Any]:
@@ -601,6 +628,8 @@ async def run_session(
         summarizes=spec.summarizes,
         summary_requests=len(summaries),
         summary_tokens=sum(r.request_tokens + r.output_tokens for r in summaries),
+        summary_cache_read_tokens=sum(r.cache_read_tokens for r in summaries),
+        summary_aligned=sum(1 for r in summaries if r.cache_lane == "conversation"),
         summary_calls=stats.calls if stats else 0,
         summaries_written=stats.written if stats else 0,
         summaries_reused=stats.reused if stats else 0,

@@ -42,6 +42,8 @@ from contextfold.evaluation import (
 )
 from contextfold.evaluation.bfcl import bfcl_available, bfcl_sessions
 from contextfold.evaluation.export import report_dict
+from contextfold.evaluation.metrics import usd
+from contextfold.evaluation.runner import PRICING_NAMES
 
 FILES_CORPUS = "files"
 BFCL_INSTALL = "bfcl-eval is not installed (pip install --no-deps bfcl-eval mpmath)"
@@ -145,6 +147,16 @@ def summary_lines(report: EvalReport) -> list[str]:
             f"{s['near_facts']:,} near (current task or last {report.settings.rule.near_turns}"
             " turns)"
         )
+    for totals in report.totals:
+        if totals.summary_requests:
+            costs = ", ".join(
+                f"{usd(totals.summary_cost(name) or 0.0)} at {name}'s prices"
+                for name in PRICING_NAMES
+            )
+            lines.append(
+                f"{totals.label}, {totals.corpus}, {totals.window:,} tokens: "
+                f"{totals.summary_requests:,} summary requests, {costs} (in its cost)"
+            )
     searching = any(t.offers_search for t in report.totals)
     lines.append(
         "in view: the value is in a message of the view; ledger/summary: only in the "

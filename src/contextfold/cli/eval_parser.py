@@ -18,6 +18,7 @@ BUILTIN_POLICY_NAMES = (
     "clear-tool-uses",
     "contextfold",
     "summarize",
+    "cost",
 )
 CORPORA = ("long-horizon", "bfcl")
 

@@ -27,12 +27,15 @@ from typing import TYPE_CHECKING, Any
 from amplifier_core.models import ModelInfo, ProviderInfo
 
 from contextfold.config import ContextConfig
-from contextfold.costing import price_columns
+from contextfold.costing import PricedRequest, price_columns, request_cost
 from contextfold.errors import ConfigError, MessageValidationError
 from contextfold.inspection import Inspection, ViewRecorder, inspect_views
 from contextfold.manager import ContextFold
 from contextfold.prices import REFERENCE_PRICING, Prices, reference_prices
 from contextfold.report import RequestReport
+from contextfold.summaries import scripted_summarizer
+from contextfold.summaries.metered import MeteredSummarizer
+from contextfold.tokens import build_counter
 
 # The output reserve a replayed "model" declares. The budget is the window less this whole
 # reserve and the margin (the provider's input limit; see `contextfold.budget`), so this only
@@ -204,6 +207,9 @@ class PricedReplay:
     fresh_tokens: int
     cache_read_tokens: int
     cache_write_tokens: int
+    # Summary requests (a ladder with ``summarize``), input and output: apart from sent_usd.
+    summary_requests: int = 0
+    summary_usd: float = 0.0
 
     @property
     def key(self) -> str:
@@ -218,6 +224,8 @@ class PricedReplay:
             "fresh_tokens": self.fresh_tokens,
             "cache_read_tokens": self.cache_read_tokens,
             "cache_write_tokens": self.cache_write_tokens,
+            "summary_requests": self.summary_requests,
+            "summary_usd": round(self.summary_usd, 6),
         }
 
 
@@ -371,9 +379,12 @@ async def replay_messages_async(
     """
     settings = config.to_dict() if isinstance(config, ContextConfig) else dict(config or {})
     model = ReplayModel(window, max_output_tokens) if window is not None else None
+    summarizer = _offline_summarizer(config if isinstance(config, ContextConfig) else settings)
     # A replay's requests are simulated: no OpenTelemetry spans of them (nor their cost).
     context = ContextFold(
-        config if isinstance(config, ContextConfig) else settings, opentelemetry="off"
+        config if isinstance(config, ContextConfig) else settings,
+        summarizer=summarizer,
+        opentelemetry="off",
     )
     admitted = _AdmittedCosts(context)
     prefix = _PrefixTracker(admitted.count)
@@ -442,9 +453,28 @@ async def replay_messages_async(
         window=window,
         max_output_tokens=max_output_tokens,
         config=settings,
-        costs=replay_costs(rows, messages, context.config.prices),
+        costs=replay_costs(
+            rows,
+            messages,
+            context.config.prices,
+            summaries=summarizer.take() if summarizer is not None else (),
+        ),
         inspection=inspection,
     )
+
+
+def _offline_summarizer(config: ContextConfig | Mapping[str, Any]) -> MeteredSummarizer | None:
+    """A ladder with the ``summarize`` rung summarizes offline, as the eval does (a replay
+    has no model to ask), each call measured as the transcript request it stands for."""
+    known = config if isinstance(config, ContextConfig) else ContextConfig.from_mapping(config)
+    if not any(rung.name == "summarize" for rung in known.ladder):
+        return None
+    counter = build_counter("exact")
+
+    def request_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
+        return sum(counter.count_message(m) for m in messages) + counter.request_overhead
+
+    return MeteredSummarizer(scripted_summarizer(counter), request_tokens, counter.count_text)
 
 
 def _chained(
@@ -464,10 +494,13 @@ def replay_costs(
     rows: Sequence[ReplayRow],
     messages: Sequence[Mapping[str, Any]],
     configured: Prices | None = None,
+    *,
+    summaries: Sequence[PricedRequest] = (),
 ) -> tuple[PricedReplay, ...]:
     """Each request's input priced at the reference pricings (and ``configured``), the
     request's time read from the last message before it (``metadata.timestamp``, when the
-    conversation has them: a gap beyond the cache's lifetime finds it cold)."""
+    conversation has them: a gap beyond the cache's lifetime finds it cold); and the
+    ``summaries`` (summary requests, input and output), each priced on its own, apart."""
     if not rows:
         return ()
     sent, prefix, history, admitted = _row_columns(
@@ -493,6 +526,8 @@ def replay_costs(
                 fresh_tokens=columns.fresh_tokens,
                 cache_read_tokens=columns.cache_read_tokens,
                 cache_write_tokens=columns.cache_write_tokens,
+                summary_requests=len(summaries),
+                summary_usd=sum(request_cost(prices, request, None).usd for request in summaries),
             )
         )
     return tuple(priced)

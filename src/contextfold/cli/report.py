@@ -399,7 +399,13 @@ def replay_totals_table(result: ReplayResult) -> Table:
             (
                 f"input cost at {priced.prices.name}",
                 f"history {_dollars(priced.history_usd)}, sent {_dollars(priced.sent_usd)} "
-                f"({_change_float(priced.sent_usd, priced.history_usd)})",
+                f"({_change_float(priced.sent_usd, priced.history_usd)})"
+                + (
+                    f", summaries {_dollars(priced.summary_usd)} "
+                    f"({priced.summary_requests} requests, input and output)"
+                    if priced.summary_requests
+                    else ""
+                ),
             )
             for priced in result.costs
         ),

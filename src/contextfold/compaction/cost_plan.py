@@ -21,18 +21,25 @@ pass then costs no rewrite, and is the time to compact as deep as protection all
 
 The configured thresholds stay hard bounds: a pass never waits past the trigger, and the
 budget is never exceeded; the cost model decides inside them.
+
+How deep: at the optimal peak a cycle's reads and rewrite come to ``read x peak`` a request,
+which grows with the floor, so a cost pass goes as deep as protection lets it
+(`COST_PASS_TARGET`, run to protection's fixed point): the protected recent messages and
+tool results, the head and the notice are what it leaves. A pass the budget forces (or a
+retained reminder) is the threshold planner's, rules and depth alike.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from ..prices import Prices
+from ..meter import UsageReading
+from ..prices import Prices, find_prices, reference_prices
 
 
-@dataclass(frozen=True, slots=True)
-class CostDecision:
+class CostDecision(NamedTuple):
     """Whether this request should compact, and why."""
 
     compact: bool
@@ -78,14 +85,106 @@ def decide(
     provider still holds the last request's prefix; ``head`` the view's leading tokens a pass
     leaves as they are.
     """
-    if size > trigger:
-        return CostDecision(True, "trigger")
-    if size <= after:
-        return CostDecision(False, "wait")  # a pass could not take anything out
-    if not warm:
-        # A cold cache re-sends the whole view anyway: compacting now rewrites nothing that
-        # would have been read.
-        return CostDecision(True, "cold_cache")
-    if size >= optimal_peak(prices, after, growth, head):
-        return CostDecision(True, "optimal_peak")
-    return CostDecision(False, "wait")
+    reason = PeakRule(prices).reason(size, growth, after, head, trigger, warm)
+    return CostDecision(bool(reason), reason or "wait")
+
+
+class PeakRule:
+    """`decide` for one set of prices, their figures looked up once: it runs on every
+    request the cost planner does not compact, so it must cost next to nothing."""
+
+    __slots__ = ("extra", "read")
+
+    def __init__(self, prices: Prices) -> None:
+        self.read = prices.cache_read
+        self.extra = rewrite_price(prices) - self.read
+
+    def reason(
+        self, size: int, growth: float, after: int, head: int, trigger: int, warm: bool
+    ) -> str:
+        """Why a view of ``size`` tokens compacts now (see `decide`), or "" to wait."""
+        if size > trigger:
+            return "trigger"
+        if size <= after:
+            return ""  # a pass could not take anything out
+        if not warm:
+            # A cold cache re-sends the whole view anyway: compacting now rewrites nothing
+            # that would have been read.
+            return "cold_cache"
+        # `optimal_peak`, written out (the same arithmetic, so the same answer).
+        read, extra, rewritten = self.read, self.extra, max(0, after - head)
+        if growth <= 0 or rewritten <= 0 or extra <= 0:
+            return ""
+        if read <= 0 or size >= after + math.sqrt(2 * extra / read * rewritten * growth):
+            return "optimal_peak"
+        return ""
+
+
+# A cost pass is asked for nothing: the ladder runs until protection holds it (the newest
+# messages, the newest tool results, the head), which is the cheapest floor (see above).
+COST_PASS_TARGET = 0
+
+
+@dataclass(slots=True)
+class CacheWatch:
+    """What the planner knows of the provider's cache between requests: when the last view
+    went out, whether a pass made it, and what the usage readings said."""
+
+    last_at: float | None = None  # wall-clock time the last view was delivered
+    last_passed: bool = False  # that view came from a committed pass
+    seen_reads: bool = False  # some reading reported cache reads: the provider caches
+    reading: UsageReading | None = None  # the last reading looked at
+    cold_reading: bool = False  # that reading read nothing where a steady request would
+
+    def delivered(self, at: float, passed: bool) -> None:
+        """A view went out at ``at``; ``passed`` when a pass made it."""
+        self.last_at, self.last_passed = at, passed
+
+    def warm(self, lifetime: int, now: float, reading: UsageReading | None) -> bool:
+        """Whether the provider still holds the last request's prefix: not when the cache
+        lifetime has passed since it, nor when its reading read nothing from a cache the
+        provider had been reading (a reading of the request after a pass reads nothing
+        anyway, and a provider that never reported a read tells nothing)."""
+        if reading is not None and reading is not self.reading:
+            self.reading = reading
+            reads = reading.cache_read_tokens or 0
+            self.cold_reading = reads <= 0 and self.seen_reads and not self.last_passed
+            self.seen_reads = self.seen_reads or reads > 0
+        if self.cold_reading:
+            return False
+        return self.last_at is None or now - self.last_at <= lifetime
+
+
+class RequestSizes(NamedTuple):
+    """One request's sizes as the request path measured them, in tokens of the view's
+    messages (the notice apart, which rides on its own reserve)."""
+
+    size: int  # the view now
+    trigger: int  # the hard bound a view over compacts at whatever the cost
+    target: int  # the configured target: what a first pass is expected to leave
+    head: int  # the leading system messages and first prompt, which a pass leaves as they are
+    last_after: int | None  # what the last committed pass left, None before the first
+    requests_since: int  # requests delivered since then (or since the start)
+
+
+def plan_request(rule: PeakRule, sizes: RequestSizes, warm: bool) -> str:
+    """The cost model's decision for this request: the growth per request seen since the
+    last pass (or the start), and the floor a pass is expected to reach (what the last one
+    reached). Returns why to compact now, or "" to wait."""
+    size, last_after = sizes.size, sizes.last_after
+    base = sizes.head if last_after is None else last_after
+    growth = max(0, size - base) / (sizes.requests_since + 1)
+    # Before any pass, the floor is unknown: expect the configured target (a pass later
+    # rather than sooner), unless the cache is cold, when a pass rewrites nothing it would
+    # have read and whatever it takes out is saved.
+    after = last_after if last_after is not None else sizes.target if warm else sizes.head
+    return rule.reason(size, growth, after, sizes.head, sizes.trigger, warm)
+
+
+def planner_prices(configured: Prices | None, model: str | None) -> Prices:
+    """What the cost planner prices with: the configured prices, else the model's family in
+    the table, else Anthropic's reference model (its multipliers: the dearest rewrite)."""
+    if configured is not None:
+        return configured
+    found = find_prices(model) if model else None
+    return found if found is not None else reference_prices()[0]

@@ -99,6 +99,19 @@ class PassPlan:
     # across passes) and the ledger's room in raw tokens (0: no ledger).
     values: ValueIndex | None = None
     ledger_raw: int = 0
+    # A deep pass (``planner: cost``, see `cost_plan`): the ladder goes on to protection's
+    # fixed point whatever the limit, with `DEEP_RELAXATION` taken from the start; the
+    # limit still decides whether soft protections yield further.
+    deep: bool = False
+
+
+# Where a deep pass starts relaxing from: the recent fraction does not hold, and the newest
+# ``protected_tool_results`` results keep their call groups in the view but may be shortened
+# (head and tail, with their recall id). Whole, they would set the floor the cost model
+# prices every later request at: a floor of five whole results read on every request of
+# the cycle costs more than the pass saves (`cost_plan`). The group being answered stays
+# whole, as the required core always does.
+DEEP_RELAXATION = Relaxation.RECENT_TOOL_RESULTS_SHORTENED
 
 
 def run_pass(
@@ -141,7 +154,11 @@ def run_pass(
             state.restore_unit(unit, history.units[unit].entries)
             restored = True
 
-    relaxation = Relaxation.NONE
+    # A deep pass starts with the soft protections a cost pass does not pay for yielded (see
+    # `DEEP_RELAXATION`); any other starts with all of them.
+    relaxation = DEEP_RELAXATION if plan.deep else Relaxation.NONE
+    # The limit the ladder stops at: a deep pass goes on to protection's fixed point.
+    ladder_limit = 0 if plan.deep else limit_raw
     uses = plan.values
     if uses is not None:
         # Read what was admitted since the last pass; forget what committed passes took out.
@@ -169,7 +186,7 @@ def run_pass(
             else view_raw_total(history, state)
         ),
         truncate_chars=truncate_chars,
-        limit_raw=limit_raw,
+        limit_raw=ladder_limit,
         summary_blocks=list(plan.summary_blocks),
         summary_free_blocks=plan.summary_free_blocks,
         uses=uses,
@@ -193,11 +210,11 @@ def run_pass(
         # prompt) are compacted with the whole ladder, before anything of the current task
         # is shortened or removed; then the whole view.
         lossless = [rung for rung in ladder if getattr(rung, "level", 1) == 0]
-        level = _run_ladder(work, lossless, target_raw, limit_raw, protect)
+        level = _run_ladder(work, lossless, target_raw, ladder_limit, protect)
         work.scope_end = current_task
-        level = max(level, _run_ladder(work, ladder, target_raw, limit_raw, protect))
+        level = max(level, _run_ladder(work, ladder, target_raw, ladder_limit, protect))
         work.scope_end = None
-    level = max(level, _run_ladder(work, ladder, target_raw, limit_raw, protect))
+    level = max(level, _run_ladder(work, ladder, target_raw, ladder_limit, protect))
     while relaxation < Relaxation.CURRENT_PROMPT_TURNS and (
         work.raw_total + header_cost > budget_raw
         or (started_above_limit and work.raw_total > room_raw)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from .metrics import COLUMNS
-from .runner import REQUEST_FIELDS, EvalReport, Totals
+from .runner import PRICING_NAMES, REQUEST_FIELDS, EvalReport, Totals
 from .scoring import CATEGORIES, Outcome
 
 OUTCOME_NAMES = {
@@ -61,6 +61,10 @@ def totals_dict(totals: Totals) -> dict[str, Any]:
         "offers_search": totals.offers_search,
     }
     data.update({column.key: column.value(totals) for column in COLUMNS})
+    # Summary requests, part of the costs above: apart.
+    data["summary_requests"] = totals.summary_requests
+    for name in PRICING_NAMES:
+        data[f"summary_cost_{name}_usd"] = totals.summary_cost(name)
     for scope in ("far", "near"):
         data[scope] = {
             "facts": totals.facts(scope),

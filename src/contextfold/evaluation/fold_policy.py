@@ -23,11 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import ContextConfig
+from ..costing import PricedRequest
 from ..errors import ContextLengthError
 from ..manager import ContextFold
 from ..messages import NOTICE_SOURCE
 from ..recall import ID_PREFIX, RECALL_TOOL
 from ..summaries import scripted_summarizer
+from ..summaries.metered import MeteredSummarizer
 from .counts import ExactCounts
 from .policy import Refusal, metadata_of
 from .scoring import View
@@ -68,17 +70,25 @@ class ContextFoldPolicy:
         return {**self.config, "max_tokens": capped}
 
     def start(self, window: int, counts: ExactCounts) -> ContextFoldSession:
-        summarizer = scripted_summarizer() if self.summarizes else None
+        summarizer = None
+        if self.summarizes:
+            # Each summarizer call priced as the transcript request it stands for.
+            summarizer = MeteredSummarizer(
+                scripted_summarizer(),
+                counts.request,
+                lambda text: counts({"role": "assistant", "content": text}),
+            )
         # An eval's requests are simulated: no OpenTelemetry spans of them.
         context = ContextFold(self.settings_for(window), summarizer=summarizer, opentelemetry="off")
-        return ContextFoldSession(context)
+        return ContextFoldSession(context, summarizer)
 
 
 class ContextFoldSession:
     """A policy session over one `ContextFold` (any subclass or configuration of it)."""
 
-    def __init__(self, context: ContextFold) -> None:
+    def __init__(self, context: ContextFold, summarizer: MeteredSummarizer | None = None) -> None:
         self.context = context
+        self._summarizer = summarizer
         # The context's own view, not a copy, when it offers one (it is only read here);
         # else the public request.
         self._request = getattr(context, "_request_view_shared", None) or (
@@ -103,6 +113,10 @@ class ContextFoldSession:
                 ledger.append(position)
             named |= ids
         return View(messages, ledger=frozenset(ledger), named_ids=frozenset(named))
+
+    def summary_requests(self) -> list[PricedRequest]:
+        """The summary requests made since the last call (see `MeteredSummarizer`)."""
+        return self._summarizer.take() if self._summarizer is not None else []
 
     @property
     def offers_search(self) -> bool:

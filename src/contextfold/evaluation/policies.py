@@ -34,6 +34,13 @@ def summarize_ladder_policy() -> ContextFoldPolicy:
     )
 
 
+def cost_planner_policy() -> ContextFoldPolicy:
+    """contextfold's defaults with the cost planner (`compaction.cost_plan`)."""
+    return ContextFoldPolicy(
+        key="cost", label="contextfold, cost planner", config={"planner": "cost"}
+    )
+
+
 BUILTIN_POLICIES: dict[str, Callable[[], Policy]] = {
     "naive": NaiveDropOldest,
     "masking": ObservationMasking,
@@ -41,6 +48,7 @@ BUILTIN_POLICIES: dict[str, Callable[[], Policy]] = {
     "clear-tool-uses": ServerClearToolUses,
     "contextfold": ContextFoldPolicy,
     "summarize": summarize_ladder_policy,
+    "cost": cost_planner_policy,
 }
 
 

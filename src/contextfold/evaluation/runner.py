@@ -115,6 +115,10 @@ class RequestRecord:
     over_budget: bool
     outcomes: str
     costs: tuple[float, ...] = ()  # USD of its input under each of `PRICINGS`, in order
+    # The summary requests the policy made for this request (input and output), and their
+    # USD under each of `PRICINGS`: apart from ``costs``, which price the view alone.
+    summary_requests: int = 0
+    summary_costs: tuple[float, ...] = ()
 
     def to_row(self) -> list[Any]:
         return [
@@ -173,6 +177,10 @@ class Totals:
     far: dict[str, int] = field(default_factory=dict)  # outcome code -> facts
     near: dict[str, int] = field(default_factory=dict)
     costs: list[float] = field(default_factory=lambda: [0.0] * len(PRICINGS))  # USD, input
+    # Summary requests (a summarizing policy's model calls), input and output: in `costs`
+    # too, and here apart.
+    summary_requests: int = 0
+    summary_costs: list[float] = field(default_factory=lambda: [0.0] * len(PRICINGS))
 
     def add(self, run: Run, steps: Mapping[int, Step]) -> None:
         self.sessions += 1
@@ -191,6 +199,10 @@ class Totals:
                 self.over_budget += record.over_budget
                 for position, cost in enumerate(record.costs):
                     self.costs[position] += cost
+            self.summary_requests += record.summary_requests
+            for position, cost in enumerate(record.summary_costs):
+                self.costs[position] += cost
+                self.summary_costs[position] += cost
             if record.message_index is None:
                 continue
             for fact, code in zip(steps[record.message_index].facts, record.outcomes, strict=True):
@@ -214,10 +226,17 @@ class Totals:
         return self._tally(scope).get(outcome.value, 0)
 
     def cost(self, pricing: str) -> float | None:
-        """USD of the input sent, under the pricing named (see `PRICING_NAMES`)."""
+        """USD of the input sent (and of any summary request, input and output), under the
+        pricing named (see `PRICING_NAMES`)."""
         if pricing not in PRICING_NAMES:
             return None
         return self.costs[PRICING_NAMES.index(pricing)]
+
+    def summary_cost(self, pricing: str) -> float | None:
+        """USD of the summary requests alone (part of `cost`), under the pricing named."""
+        if pricing not in PRICING_NAMES:
+            return None
+        return self.summary_costs[PRICING_NAMES.index(pricing)]
 
     @property
     def cache_share(self) -> float | None:
@@ -417,8 +436,17 @@ class _Scorer:
             self._previous, self._cumulative = [], [0]  # nothing sent: nothing cached next
             self._priced = None
             nothing = (0.0,) * len(PRICINGS)
+            made, summary_costs = self._summary_requests()  # made before the refusal: billed
             return RequestRecord(
-                index, 0, 0, True, False, Outcome.REFUSED.value * len(facts), nothing
+                index,
+                0,
+                0,
+                True,
+                False,
+                Outcome.REFUSED.value * len(facts),
+                nothing,
+                made,
+                summary_costs,
             )
         messages = list(view.messages)
         shared = _common_prefix(self._previous, messages)
@@ -437,6 +465,7 @@ class _Scorer:
         outcomes = [score_fact(fact, view, self._texts) for fact in facts]
         if step is not None and self._session.offers_search:
             outcomes = await self._searched(step, outcomes)
+        made, summary_costs = self._summary_requests()
         return RequestRecord(
             index,
             tokens,
@@ -445,7 +474,20 @@ class _Scorer:
             tokens > self._window,
             "".join(outcome.value for outcome in outcomes),
             costs,
+            made,
+            summary_costs,
         )
+
+    def _summary_requests(self) -> tuple[int, tuple[float, ...]]:
+        """The summary requests the session made since the last request, priced each on
+        its own (a transcript request shares no prefix with the conversation's)."""
+        take = getattr(self._session, "summary_requests", None)
+        made = take() if callable(take) else []
+        costs = [0.0] * len(PRICINGS)
+        for request in made:
+            for position, prices in enumerate(PRICINGS):
+                costs[position] += request_cost(prices, request, None).usd
+        return len(made), tuple(costs)
 
     async def _searched(self, step: Step, outcomes: list[Outcome]) -> list[Outcome]:
         """Lost facts a search with the step's own words finds (none without a task)."""

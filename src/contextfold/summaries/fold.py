@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from contextfold.messages import Kind, inspect_message, well_formed
+from contextfold.summaries.aligned import SentPrefix, aligned_request, takes_aligned_requests
 from contextfold.summaries.records import SummaryRecord, covered_hash
 from contextfold.summaries.store import InMemorySummaryStore, SummaryStore
 from contextfold.summaries.summarizer import (
@@ -67,6 +68,7 @@ class FoldResult:
     reused: int
     written: tuple[SummaryRecord, ...] = ()
     failure: SummaryFailure | None = None
+    aligned: int = 0  # calls sent as cache-aligned requests (see `summaries.aligned`)
 
 
 @dataclass
@@ -119,10 +121,13 @@ class SummaryFolder:
         history_ids: Sequence[int],
         *,
         session_id: str | None = None,
+        prefix: SentPrefix | None = None,
     ) -> FoldResult:
         """One record covering ``previous`` (if any) and ``messages`` (history ``history_ids``).
 
-        At most one summarizer call per chunk; none for a chunk whose record is stored.
+        At most one summarizer call per chunk; none for a chunk whose record is stored. With
+        ``prefix`` (the view as it was last sent) and a summarizer that takes them, a call
+        whose span is in that view is a cache-aligned request (`summaries.aligned`).
         """
         ids = tuple(history_ids)
         if len(ids) != len(messages):
@@ -140,7 +145,8 @@ class SummaryFolder:
         groups = tool_call_groups(messages)
         chunks = chunk_groups(messages, groups, self._group_cost, self.chunk_budget)
         current = previous
-        calls = reused = 0
+        calls = reused = aligned = 0
+        aligns = prefix is not None and takes_aligned_requests(self.summarizer)
         written: list[SummaryRecord] = []
         for chunk in chunks:
             chunk_messages = [messages[i] for group in chunk for i in group]
@@ -156,15 +162,23 @@ class SummaryFolder:
                 current, reused = found, reused + 1
                 continue
             calls += 1
+            request = None
+            if aligns:
+                assert prefix is not None
+                covers = f"r{chunk_ids[0]}-r{chunk_ids[-1]}"
+                request = aligned_request(prefix, chunk_ids, current, self.prompt, covers)
+                aligned += request is not None
+            if request is None:
+                request = self._request(current, [self._fitted(messages, group) for group in chunk])
             answer = await summarize_span(
                 self.summarizer,
-                self._request(current, [self._fitted(messages, group) for group in chunk]),
+                request,
                 max_tokens=self.max_output_tokens,
                 counter=self.counter,
                 timeout=self.timeout,
             )
             if isinstance(answer, SummaryFailure):
-                return FoldResult(None, len(chunks), calls, reused, tuple(written), answer)
+                return FoldResult(None, len(chunks), calls, reused, tuple(written), answer, aligned)
             record = SummaryRecord(
                 text=answer,
                 history_ids=(current.history_ids if current else ()) + chunk_ids,
@@ -183,7 +197,7 @@ class SummaryFolder:
             # for this summary size, kept for whoever wrote it) is used only if it fits.
             current = winner if self.fits(winner) else record
         assert current is not None  # messages is not empty, so at least one chunk ran
-        return FoldResult(current, len(chunks), calls, reused, tuple(written))
+        return FoldResult(current, len(chunks), calls, reused, tuple(written), aligned=aligned)
 
     def fits(self, record: SummaryRecord) -> bool:
         """Whether a stored record may stand in this folder's summaries: its text is within

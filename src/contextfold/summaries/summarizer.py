@@ -19,13 +19,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from contextfold.summaries.digest import digest_transcript
 from contextfold.summaries.records import ill_formed_at
-from contextfold.summaries.transcript import render_transcript
+from contextfold.summaries.transcript import aligned_span, render_transcript
 from contextfold.tokens import TokenCounter, build_counter
 
 __all__ = [
@@ -274,31 +274,49 @@ class AmplifierSummarizer:
         provider: Any,
         model: str | None = None,
         prompt: SummaryPrompt | str = DEFAULT_SUMMARY_PROMPT,
+        *,
+        aligned: bool | None = None,
+        tools: Callable[[], Sequence[Any]] | None = None,
     ) -> None:
         self.provider = provider
+        self.tools = tools
         self.model = model
         self.prompt = _prompt(prompt)
         provider_name = getattr(provider, "name", None) or type(provider).__name__
         model_name = model or getattr(provider, "default_model", None)
         self.name = f"amplifier:{provider_name}" + (f"/{model_name}" if model_name else "")
+        # Cache-aligned requests pay where the summary is asked of the model the conversation
+        # runs on (its default, no model named): the same cache (`summaries.aligned`).
+        self.aligned_requests = model is None if aligned is None else aligned
 
     async def __call__(self, messages: list[dict[str, Any]], max_tokens: int) -> str:
         from amplifier_core.message_models import ChatRequest, Message
 
-        request = ChatRequest(
-            messages=[
+        tag: dict[str, Any] = {
+            "purpose": "summary",
+            "prompt_id": self.prompt.id,
+            "prompt_version": self.prompt.version,
+        }
+        span = aligned_span(messages)
+        if span is not None:
+            # The conversation as last sent, then the instruction: sent as they are.
+            typed = [Message.model_validate(message) for message in messages]
+            tag["aligned"] = span.to_dict()
+            # The tool schemas the conversation's requests carry come first in its cached
+            # prompt: sent again, or nothing of it would be read.
+            specs = list(self.tools()) if self.tools is not None else []
+        else:
+            typed = [
                 Message(role="system", content=self.prompt.text),
                 Message(role="user", content=render_transcript(messages)),
-            ],
+            ]
+            specs = []
+        request = ChatRequest(
+            messages=typed,
+            tools=specs or None,
             model=self.model,
             max_output_tokens=max_tokens,
-            metadata={
-                SUMMARY_METADATA_KEY: {
-                    "purpose": "summary",
-                    "prompt_id": self.prompt.id,
-                    "prompt_version": self.prompt.version,
-                }
-            },
+            metadata={SUMMARY_METADATA_KEY: tag},
         )
         response = await self.provider.complete(request)
         if response.finish_reason in ("length", "max_tokens"):
@@ -341,10 +359,17 @@ def anthropic_summarizer(
 
 
 def amplifier_summarizer(
-    provider: Any, model: str | None = None, prompt: SummaryPrompt | str = DEFAULT_SUMMARY_PROMPT
+    provider: Any,
+    model: str | None = None,
+    prompt: SummaryPrompt | str = DEFAULT_SUMMARY_PROMPT,
+    *,
+    aligned: bool | None = None,
+    tools: Callable[[], Sequence[Any]] | None = None,
 ) -> AmplifierSummarizer:
-    """A summarizer over an Amplifier provider's ``complete`` (the request says it is one)."""
-    return AmplifierSummarizer(provider, model, prompt)
+    """A summarizer over an Amplifier provider's ``complete`` (the request says it is one).
+    ``aligned`` (default: when no ``model`` is named) takes cache-aligned requests, which
+    carry the tool schemas ``tools()`` gives (those the conversation's requests carry)."""
+    return AmplifierSummarizer(provider, model, prompt, aligned=aligned, tools=tools)
 
 
 def scripted_summarizer(counter: TokenCounter | None = None) -> ScriptedSummarizer:

@@ -7,18 +7,28 @@ provider. Each message becomes one or more entries that start a line with ``[n] 
 (``n`` its position in the span); tool calls and results name their call id so the summary
 can keep it. A previous summary being folded in is passed as the first message, marked in
 its metadata (:func:`previous_summary_message`), and rendered under its own heading.
+
+A cache-aligned summary request (see :mod:`contextfold.summaries.aligned`) is the view as it
+was last sent followed by one instruction message naming the span: rendered, it is the same
+transcript of that span (and of the summary in the view, as the previous one), so a
+summarizer that renders every request it gets works with either shape.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
     "MESSAGES_HEADING",
     "PREVIOUS_SUMMARY_HEADING",
     "PREVIOUS_SUMMARY_KEY",
+    "SUMMARY_REQUEST_KEY",
+    "AlignedSpan",
+    "aligned_span",
     "is_previous_summary",
     "previous_summary_message",
     "render_transcript",
@@ -27,6 +37,46 @@ __all__ = [
 PREVIOUS_SUMMARY_KEY = "contextfold_previous_summary"
 PREVIOUS_SUMMARY_HEADING = "Summary of the conversation so far:"
 MESSAGES_HEADING = "Messages to fold into the summary:"
+# The metadata key of a cache-aligned request's instruction message (its last message).
+SUMMARY_REQUEST_KEY = "contextfold_summary_request"
+
+
+@dataclass(frozen=True)
+class AlignedSpan:
+    """Where a cache-aligned request's span lies in it: messages ``first`` to ``last``
+    (positions in the request, both included), and the summary so far at ``previous``
+    (None when there is none); ``covers`` names the span's history ids (``r5-r20``)."""
+
+    first: int
+    last: int
+    previous: int | None
+    covers: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "first": self.first,
+            "last": self.last,
+            "previous": self.previous,
+            "covers": self.covers,
+        }
+
+
+def aligned_span(messages: Sequence[Mapping[str, Any]]) -> AlignedSpan | None:
+    """The span of a cache-aligned request (its last message says where), or None when
+    ``messages`` is a plain span to summarize."""
+    if not messages:
+        return None
+    metadata = messages[-1].get("metadata")
+    info = metadata.get(SUMMARY_REQUEST_KEY) if isinstance(metadata, Mapping) else None
+    if not isinstance(info, Mapping):
+        return None
+    first, last, previous = info.get("first"), info.get("last"), info.get("previous")
+    size = len(messages) - 1
+    if not (isinstance(first, int) and isinstance(last, int) and 0 <= first <= last < size):
+        return None
+    if previous is not None and not (isinstance(previous, int) and 0 <= previous < first):
+        return None
+    return AlignedSpan(first, last, previous, str(info.get("covers", "")))
 
 
 def previous_summary_message(text: str) -> dict[str, Any]:
@@ -41,6 +91,14 @@ def is_previous_summary(message: Mapping[str, Any]) -> bool:
 
 def render_transcript(messages: Sequence[Mapping[str, Any]]) -> str:
     """The span as the summarizer's input text (see the module docstring for its shape)."""
+    aligned = aligned_span(messages)
+    if aligned is not None:
+        # The span and the summary so far, as a plain span request would carry them.
+        named: list[Mapping[str, Any]] = list(messages[aligned.first : aligned.last + 1])
+        if aligned.previous is not None:
+            text = _text_of(messages[aligned.previous].get("content"))
+            named.insert(0, previous_summary_message(_unframed(text)))
+        messages = named
     previous = [m for m in messages if is_previous_summary(m)]
     span = [m for m in messages if not is_previous_summary(m)]
     lines: list[str] = []
@@ -52,6 +110,15 @@ def render_transcript(messages: Sequence[Mapping[str, Any]]) -> str:
     for position, message in enumerate(span, start=1):
         lines.extend(f"[{position}] {label}: {text}" for label, text in message_entries(message))
     return "\n".join(lines)
+
+
+_FRAME = re.compile(r"\A\s*<context-summary[^>\n]*>\n(.*)\n</context-summary>\s*\Z", re.DOTALL)
+
+
+def _unframed(text: str) -> str:
+    """A summary as the view frames it (``<context-summary covers=...>``), without the frame."""
+    match = _FRAME.match(text)
+    return match.group(1) if match else text
 
 
 def message_entries(message: Mapping[str, Any]) -> list[tuple[str, str]]:
