@@ -91,6 +91,12 @@ class TruncateToolResults:
     skill, a plan the agent re-reads); ``tool_chars`` gives a tool its own budget
     (``{"read_file": 2000}``), ahead of ``chars``. A message carrying results of several
     tools (Anthropic's shape) is exempt if any of them is, and keeps the largest budget.
+
+    A result of the current task that a later turn drew a value from (a listing the agent
+    is copying ids out of) is shortened last, and only when shortening it reaches the
+    target or removing what the task does not draw on cannot spare it: its head would keep
+    a few rows, and the task is likely to come back for another (``contextfold eval``,
+    long-horizon at 8,000 tokens: shortening such results first cost 12 of 609 near facts).
     """
 
     chars: int | None = None
@@ -111,29 +117,57 @@ class TruncateToolResults:
         object.__setattr__(self, "tool_chars", budgets)
 
     def apply(self, work: WorkingView, target_raw: int) -> None:
-        per_tool = bool(self.exempt_tools or self.tool_chars)
-        default_keep = work.truncate_chars if self.chars is None else self.chars
         entries = work.history.entries
+        drawn_on: list[tuple[int, dict, int]] = []
         # Only text over LONG_TEXT_CHARS can be worth shortening (history lists it).
         for index in work.kept_among(work.history.long_texts):
             if work.raw_total <= target_raw:
                 return
             if not _may_shorten(work, index, entries[index].info.kind, (Kind.TOOL_RESULT,)):
                 continue
-            keep = default_keep
-            if per_tool:
-                tools = result_tool_names(work.history, index)
-                if tools & self.exempt_tools:
-                    continue
-                budgets = [self.tool_chars[t] for t in tools if t in self.tool_chars]
-                if budgets:
-                    keep = max(budgets)
-            current, current_cost = work.current(index)
-            # Shortening something already near `keep` saves nothing: skip it cheaply.
-            if text_length(current) <= keep * 2 + LONG_TEXT_CHARS:
+            shortened = self._shortened(work, index)
+            if shortened is None:
                 continue
-            short = shorten_tool_result(current, keep, index=index, shape=self.shape)
+            short, current_cost = shortened
+            if work.drawn_on_by_current_task(index):
+                drawn_on.append((index, short, current_cost))  # decided below, together
+                continue
             _swap_if_smaller(work, index, short, current_cost, self.name)
+        if not drawn_on or work.raw_total <= target_raw:
+            return
+        # What the current task draws on is shortened when that alone reaches the target
+        # (shortening comes before removing anything), or when removing what it does not
+        # draw on cannot spare it; otherwise it stays whole and the last rung removes the rest.
+        costs = [(i, short, cost, work.counter.count_message(short)) for i, short, cost in drawn_on]
+        saving = sum(cost - short_cost for _, _, cost, short_cost in costs if short_cost < cost)
+        if work.raw_total - saving > target_raw and _current_task_keeps_what_it_draws_on(
+            work, target_raw
+        ):
+            return
+        for index, short, cost, short_cost in costs:
+            if work.raw_total <= target_raw:
+                return
+            if short_cost < cost:
+                work.replace(index, short, short_cost, self.name)
+                work.state.shortened.add(index)
+
+    def _shortened(self, work: WorkingView, index: int) -> tuple[dict, int] | None:
+        """The result shortened to its budget and its current cost, or None when it is
+        exempt or already near its budget."""
+        keep = work.truncate_chars if self.chars is None else self.chars
+        if self.exempt_tools or self.tool_chars:
+            tools = result_tool_names(work.history, index)
+            if tools & self.exempt_tools:
+                return None
+            budgets = [self.tool_chars[t] for t in tools if t in self.tool_chars]
+            if budgets:
+                keep = max(budgets)
+        current, current_cost = work.current(index)
+        # Shortening something already near `keep` saves nothing: skip it cheaply.
+        if text_length(current) <= keep * 2 + LONG_TEXT_CHARS:
+            return None
+        short = shorten_tool_result(current, keep, index=index, shape=self.shape)
+        return None if short is None else (short, current_cost)
 
 
 @dataclass(frozen=True)
@@ -210,6 +244,12 @@ class DropLeastUsed:
     the pages it never used since leave first, whatever their age. Without an index of the
     conversation's values (the ledger off) this is `DropOldest`. Removals pay as for
     `DropOldest`: above the trigger, or when they reach the target.
+
+    The current task's units a later turn drew from leave last, and only while the view is
+    above the middle of the band between target and trigger: a pass stops short of its
+    target rather than take from the current task what it is still using, as naive
+    drop-oldest, filling the whole window, would have kept it (``contextfold eval``,
+    long-horizon: near facts in view 95% to 98% at 8,000 tokens, 99% to 100% at 16,000).
     """
 
     name: ClassVar[str] = "drop_least_used"
@@ -220,15 +260,19 @@ class DropLeastUsed:
         unit_cost = work.history.unit_cost
         truncated = work.state.truncated
         candidates = [u for u in work.kept_units() if not work.protection.unit_reason(u)]
+        held: set[int] = set()
         if work.uses is not None:
-            candidates.sort(key=lambda u: (work.unit_last_use(u), u))
+            held = {u for u in candidates if work.unit_drawn_on_by_current_task(u)}
+            candidates.sort(key=lambda u: (u in held, work.unit_last_use(u), u))
         costs = [unit_cost(units[u], truncated) for u in candidates]
         reaches_target = work.raw_total - sum(costs) <= target_raw
         stop_at = target_raw if reaches_target else max(target_raw, work.limit_raw)
         total = work.raw_total
         leaving = 0
-        for cost in costs:
-            if total <= stop_at:
+        hold_under = _hold_under(work, target_raw)
+        for unit, cost in zip(candidates, costs, strict=True):
+            # The held units come last: once one would stay, so do the rest.
+            if total <= stop_at or (unit in held and total <= hold_under):
                 break
             total -= cost
             leaving += 1
@@ -242,6 +286,29 @@ DEFAULT_LADDER: tuple[Rung, ...] = (
     TruncateLongText(),
     DropLeastUsed(),
 )
+
+
+def _hold_under(work: WorkingView, target_raw: int) -> int:
+    """What the current task draws on leaves only while the view is above this: the middle
+    of the band between target and trigger, so a pass still leaves half the band to grow in."""
+    return (target_raw + work.limit_raw) // 2
+
+
+def _current_task_keeps_what_it_draws_on(work: WorkingView, target_raw: int) -> bool:
+    """Whether removing every unit the pass may remove, except those the current task draws
+    on, would bring the view under `_hold_under`: then what the task draws on stays whole
+    (not shortened) and the rest goes. When it would not, what the task draws on must shrink
+    too, and shortening it comes before removing it, as for any result."""
+    if work.uses is None or work.history.last_human is None:
+        return False
+    units = work.history.units
+    truncated = work.state.truncated
+    spare = sum(
+        work.history.unit_cost(units[u], truncated)
+        for u in work.kept_units()
+        if not work.protection.unit_reason(u) and not work.unit_drawn_on_by_current_task(u)
+    )
+    return work.raw_total - spare <= _hold_under(work, target_raw)
 
 
 def _may_shorten(work: WorkingView, index: int, kind: Kind, kinds: tuple[Kind, ...]) -> bool:

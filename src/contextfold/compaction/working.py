@@ -192,6 +192,34 @@ class WorkingView:
             return max(entries)
         return max(uses.last_use(i) for i in entries)
 
+    def drawn_on_by_current_task(self, entry_index: int) -> bool:
+        """Whether the message is in the current task (after its human prompt) and a later
+        turn drew a value from it: a listing the agent is copying ids out of, one by one.
+        The task is likely to need more of it (the next id, the item it was looking for),
+        so the rungs do not shorten it, and remove it last (see `rungs.DropLeastUsed`).
+        False without an index of the conversation's values (the ledger off) or a human
+        prompt."""
+        task = self.history.last_human
+        uses = self.uses
+        return (
+            uses is not None
+            and task is not None
+            and entry_index > task
+            and uses.last_use(entry_index) > entry_index
+        )
+
+    def unit_drawn_on_by_current_task(self, unit_index: int) -> bool:
+        """`drawn_on_by_current_task` for a unit: it is in the current task and a turn after
+        it drew a value from one of its messages."""
+        task = self.history.last_human
+        unit = self.history.units[unit_index]
+        return (
+            self.uses is not None
+            and task is not None
+            and unit.start > task
+            and self.unit_last_use(unit_index) > max(unit.entries)
+        )
+
     def kept_entries(self) -> list[int]:
         """Entry indexes of the kept units, oldest first (history order)."""
         # Rungs that only shorten leave the kept units as they are, so the rungs of one
