@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from contextfold.amplifier.orchestrator import _tool_spec as tool_spec
 from contextfold.errors import ConfigError
 from contextfold.summaries import DEFAULT_SUMMARY_PROMPT, SummaryPrompt, amplifier_summarizer
 from contextfold.summaries.summarizer import AmplifierSummarizer
@@ -88,6 +87,13 @@ def mounted_summarizer(coordinator: Any, spec: Any) -> AmplifierSummarizer:
     def tool_specs() -> list[Any]:
         # The schemas loop-fold sends with every request, in its order: a cache-aligned
         # summary request sends them again (see `contextfold.summaries.aligned`).
-        return [tool_spec(tool) for tool in (coordinator.get("tools") or {}).values()]
+        tools = list((coordinator.get("tools") or {}).values())
+        if not tools:
+            return []
+        # Imported here: the context module mounts in a host without amplifier-core, and
+        # the specs are the kernel's type (a host with tools to repeat has the kernel).
+        from contextfold.amplifier.orchestrator import _tool_spec as tool_spec
+
+        return [tool_spec(tool) for tool in tools]
 
     return amplifier_summarizer(provider, spec.get("model"), prompt, tools=tool_specs)
