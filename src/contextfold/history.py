@@ -22,7 +22,7 @@ from typing import Any
 from .admission import Admission, Placement, admit, answering
 from .conventions import replaced_by_system_prompt, request_form
 from .ingress import IngressClip
-from .messages import Kind, MessageInfo, text_length, well_formed
+from .messages import Kind, MessageInfo, content_text, text_length, well_formed
 from .repair import ORPHAN_RESULT, UNANSWERED_CALL, Repair, orphan_note, synthetic_results
 from .tokens import TokenCounter
 
@@ -288,7 +288,7 @@ class History:
         if info.kind is Kind.SYSTEM or info.loaded_tool_state:
             self.pinned_entries.add(index)
         if info.reminder:
-            self.reminders[_plain_text(entry.message.get("content"))] = index
+            self.reminders[content_text(entry.message.get("content"))] = index
         if entry.view is not None and pinned_at_admission(entry.message):
             self.pins.add(index)
         self.entries.append(entry)
@@ -369,16 +369,3 @@ def pinned_at_admission(message: Mapping[str, Any]) -> bool:
     boolean: ``"true"`` or ``1`` pin nothing)."""
     metadata = message.get("metadata")
     return isinstance(metadata, Mapping) and metadata.get("pinned") is True
-
-
-def _plain_text(content: Any) -> str:
-    """A message's text as a reminder is named by (its text blocks joined)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            str(b.get("text", ""))
-            for b in content
-            if isinstance(b, Mapping) and b.get("type") == "text"
-        )
-    return ""

@@ -37,7 +37,7 @@ from typing import Any
 
 from .history import History
 from .identifiers import held_values, occurs
-from .messages import NOTICE_SOURCE, Kind, well_formed_text
+from .messages import NOTICE_SOURCE, Kind, content_text, well_formed_text
 from .recall import recall_id
 from .tokens import TokenCounter
 
@@ -824,20 +824,7 @@ def _head(first: bool) -> str:
 def _task_line(history: History, task: int | None) -> str:
     if task is None:
         return "before the first task:"
-    words = " ".join(_prompt_text(history.entries[task].message).split())
+    words = " ".join(content_text(history.entries[task].message.get("content"), " ").split())
     if len(words) > PROMPT_WORDS_CHARS:
         words = words[: PROMPT_WORDS_CHARS - 1] + "…"
     return f'task {recall_id(task)} "{words}":'
-
-
-def _prompt_text(message: Mapping[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(
-            str(b.get("text", ""))
-            for b in content
-            if isinstance(b, Mapping) and b.get("type") == "text"
-        )
-    return ""

@@ -711,6 +711,20 @@ def _result_id(value: Any, field: str, index: int | None) -> str:
     return value
 
 
+def content_text(content: Any, separator: str = "") -> str:
+    """A message content's text: the string itself, or its text blocks' texts joined by
+    ``separator`` (other blocks carry none); anything else is empty."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return separator.join(
+            str(b.get("text", ""))
+            for b in content
+            if isinstance(b, Mapping) and b.get("type") == "text"
+        )
+    return ""
+
+
 def block_texts(
     blocks: list[Any], call_text: Callable[[Mapping[str, Any]], str] | None = None
 ) -> list[str]:

@@ -12,6 +12,8 @@ from typing import Any
 
 from amplifier_core.llm_errors import InvalidRequestError
 
+from contextfold.messages import content_text
+
 
 def canonical(item: Mapping[str, Any]) -> str:
     """One JSON text per value, whatever its key order: what two requests are compared by."""
@@ -76,16 +78,7 @@ def _calls_of(message: Mapping[str, Any]) -> list[tuple[str, str, str]]:
 
 
 def text_content(message: Mapping[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n\n".join(
-            str(b.get("text", ""))
-            for b in content
-            if isinstance(b, Mapping) and b.get("type") == "text"
-        )
-    return ""
+    return content_text(message.get("content"), "\n\n")
 
 
 def _thinking_blocks(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..conventions import SYSTEM_ROLES
+from ..messages import content_text
 from ..mirror import Mirror, mirror_for
 from ..views import strip_metadata
 
@@ -59,22 +60,10 @@ def from_view(view: Sequence[Mapping[str, Any]], system: System = None) -> Anthr
     messages: list[dict[str, Any]] = []
     for message in strip_metadata(view):
         if message.get("role") in SYSTEM_ROLES:
-            extra.append(_text(message.get("content")))
+            extra.append(content_text(message.get("content"), "\n"))
         else:
             messages.append(message)
     return AnthropicView(_joined(system, [text for text in extra if text]), messages)
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(
-            str(block.get("text", ""))
-            for block in content
-            if isinstance(block, Mapping) and block.get("type") == "text"
-        )
-    return ""
 
 
 def _joined(system: System, extra: list[str]) -> System:
