@@ -592,13 +592,12 @@ def extend(
         return ledger if unlisted == ledger.unlisted else _with(ledger, pool, unlisted)
     room = min(plan.capacity - ledger.cost, plan.allowance)
     if room >= MIN_PAGE_TOKENS:
+        pool_sources = frozenset(e.source for e in pool)
         page = _fitted_page(
-            history, pool, room, not ledger.pages, plan.role, counter, ledger.sources
+            history, pool, room, not ledger.pages, plan.role, counter, ledger.sources, pool_sources
         )
         page_sources = ledger.sources | (page[3] if page else frozenset())
-        if page is not None and (
-            {e.source for e in page[2]} | page_sources >= {e.source for e in pool}
-        ):
+        if page is not None and ({e.source for e in page[2]} | page_sources >= pool_sources):
             message, cost, chosen, named = page
             taken = {e.value for e in chosen}
             rest = tuple(e for e in pool if e.value not in taken)
@@ -698,11 +697,19 @@ def _fitted_page(
     role: str,
     counter: TokenCounter,
     already: frozenset[int],
+    cover: frozenset[int] | None = None,
 ) -> tuple[dict[str, Any], int, list[LedgerEntry], frozenset[int]] | None:
     """The page of the best ``candidates`` whose real count fits ``room`` tokens, the
     entries it lists and the messages it names by id alone: chosen by an estimate of their
-    characters, then cut by a quarter until the counter agrees."""
+    characters, then cut by a quarter until the counter agrees. With ``cover``, None as
+    well when the page with ``already`` cannot name every message of it."""
     chosen, named = _chosen(history, candidates, room, first, already)
+    if cover is not None and not (
+        already | {e.source for e in chosen} | {source for source, _task in named} >= cover
+    ):
+        # Cutting the page to fit only moves a message from a line of values to the ids
+        # named alone, or leaves it out: what the estimate does not name, no page names.
+        return None
     while chosen or named:
         message = render_page(history, chosen, first, role, named)
         cost = counter.count_message(message)
@@ -751,17 +758,23 @@ def _chosen(
     tasks: set[int | None] = set()
     sources: set[int] = set()
     chosen: list[LedgerEntry] = []
+    # A value's line costs at least its separator more than the room it frees (`own`): with
+    # less slack than that, no later candidate fits and the values are done.
+    least = len(SEPARATOR)
     for entry in candidates:
-        if entry.score < MIN_SCORE:
+        if entry.score < MIN_SCORE or budget - reserve < least:
             break  # ranked: a look-alike nothing points to is not worth a line (named below)
         cost = len(entry.value) + len(SEPARATOR)
-        if entry.task not in tasks:
-            cost += task_cost(entry.task)
         own = 0
         if entry.source not in sources:
             cost += len(recall_id(entry.source)) + 4
             own = name_cost.get(entry.source, 0)
-        if cost <= budget - (reserve - own):
+        left = budget - (reserve - own)
+        if cost > left:
+            continue  # a task line would only add to it
+        if entry.task not in tasks:
+            cost += task_cost(entry.task)
+        if cost <= left:
             budget -= cost
             reserve -= own
             chosen.append(entry)
@@ -769,14 +782,20 @@ def _chosen(
             tasks.add(entry.task)
     named: list[tuple[int, int | None]] = []
     named_tasks: set[int | None] = set()
+    # No message is named for less than the cheapest id.
+    cheapest = min(name_cost.values(), default=0)
     for entry in candidates:
+        if budget < cheapest:
+            break
         if entry.source in sources or entry.source in already:
             continue
         cost = name_cost[entry.source]
-        if entry.task not in tasks:
-            cost += task_cost(entry.task)
         if entry.task not in named_tasks:
             cost += len(MORE_LINE)
+        if cost > budget:
+            continue  # a task line would only add to it
+        if entry.task not in tasks:
+            cost += task_cost(entry.task)
         if cost <= budget:
             budget -= cost
             named.append((entry.source, entry.task))
@@ -824,7 +843,14 @@ def _head(first: bool) -> str:
 def _task_line(history: History, task: int | None) -> str:
     if task is None:
         return "before the first task:"
-    words = " ".join(_prompt_text(history.entries[task].message).split())
+    return _named_task(task, _prompt_text(history.entries[task].message))
+
+
+@lru_cache(maxsize=4096)
+def _named_task(task: int, prompt: str) -> str:
+    """A task's line, kept for the tasks seen last: every page of every pass that weighs
+    a value of the task measures it (a string prompt's hash is kept by the string)."""
+    words = " ".join(prompt.split())
     if len(words) > PROMPT_WORDS_CHARS:
         words = words[: PROMPT_WORDS_CHARS - 1] + "…"
     return f'task {recall_id(task)} "{words}":'
