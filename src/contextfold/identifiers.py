@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 from bisect import bisect_right
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -165,6 +165,11 @@ def held_values(message: Mapping[str, Any]) -> list[tuple[str, ...]]:
     if role_of(message) == "assistant":
         row = tuple(value for value, _kind in call_values(message))
         return [row] if row else []
+    content = message.get("content")
+    if isinstance(content, str):
+        # The common shape, read without walking blocks (`content_texts` yields it alone).
+        text = content[:MAX_READ_CHARS]
+        return _new_rows(_cached_rows(text) if len(text) <= _CACHED_CHARS else _text_rows(text))
     seen: set[str] = set()
     rows: list[tuple[str, ...]] = []
     left = MAX_READ_CHARS
@@ -181,6 +186,21 @@ def held_values(message: Mapping[str, Any]) -> list[tuple[str, ...]]:
                     kept.append(value)
             if kept:
                 rows.append(tuple(kept))
+    return rows
+
+
+def _new_rows(found: Sequence[Sequence[str]]) -> list[tuple[str, ...]]:
+    """The rows of one text, each value once (its first row) and of a value's length."""
+    seen: set[str] = set()
+    rows: list[tuple[str, ...]] = []
+    for values in found:
+        kept: list[str] = []
+        for value in values:
+            if value not in seen and MIN_VALUE_CHARS <= len(value) <= MAX_VALUE_CHARS:
+                seen.add(value)
+                kept.append(value)
+        if kept:
+            rows.append(tuple(kept))
     return rows
 
 

@@ -703,7 +703,10 @@ def _fitted_page(
     entries it lists and the messages it names by id alone: chosen by an estimate of their
     characters, then cut by a quarter until the counter agrees. With ``cover``, None as
     well when the page with ``already`` cannot name every message of it."""
-    chosen, named = _chosen(history, candidates, room, first, already)
+    found = _chosen(history, candidates, room, first, already, cover is not None)
+    if found is None:
+        return None
+    chosen, named = found
     if cover is not None and not (
         already | {e.source for e in chosen} | {source for source, _task in named} >= cover
     ):
@@ -735,19 +738,21 @@ def _chosen(
     room: int,
     first: bool,
     already: frozenset[int],
-) -> tuple[list[LedgerEntry], list[tuple[int, int | None]]]:
+    whole: bool = False,
+) -> tuple[list[LedgerEntry], list[tuple[int, int | None]]] | None:
     """The best candidates whose rendered lines fit ``room`` tokens by estimate, and the
     messages named by id alone whose values do not all fit (recall returns a message
     whole). Naming every message taken out comes first (nothing is lost silently): room is
     kept for the ids of the messages no line names yet; the values fill the rest, best
-    first."""
+    first. With ``whole``, None when the room cannot even hold the id of every candidate's
+    message (only a page naming them all is wanted)."""
     budget = room * CHARS_PER_TOKEN - len(_head(first)) - len(LEDGER_OPEN) - len(LEDGER_CLOSE) - 8
     task_lines: dict[int | None, int] = {}
 
     def task_cost(task: int | None) -> int:
         line = task_lines.get(task)
         if line is None:
-            line = task_lines[task] = len(_task_line(history, task)) + 1
+            line = task_lines[task] = _task_line_cost(history, task)
         return line
 
     name_cost: dict[int, int] = {}
@@ -755,6 +760,9 @@ def _chosen(
         if entry.source not in already and entry.source not in name_cost:
             name_cost[entry.source] = len(recall_id(entry.source)) + 2
     reserve = sum(name_cost.values())
+    if whole and reserve > budget:
+        # A message is named for at least its id, on a line of its values or alone.
+        return None
     tasks: set[int | None] = set()
     sources: set[int] = set()
     chosen: list[LedgerEntry] = []
@@ -770,9 +778,9 @@ def _chosen(
             cost += len(recall_id(entry.source)) + 4
             own = name_cost.get(entry.source, 0)
         left = budget - (reserve - own)
-        if cost > left:
-            continue  # a task line would only add to it
         if entry.task not in tasks:
+            if cost + TASK_LINE_FLOOR > left:
+                continue  # its task's line would not fit either
             cost += task_cost(entry.task)
         if cost <= left:
             budget -= cost
@@ -792,9 +800,9 @@ def _chosen(
         cost = name_cost[entry.source]
         if entry.task not in named_tasks:
             cost += len(MORE_LINE)
-        if cost > budget:
-            continue  # a task line would only add to it
         if entry.task not in tasks:
+            if cost + TASK_LINE_FLOOR > budget:
+                continue  # its task's line would not fit either
             cost += task_cost(entry.task)
         if cost <= budget:
             budget -= cost
@@ -842,8 +850,20 @@ def _head(first: bool) -> str:
 
 def _task_line(history: History, task: int | None) -> str:
     if task is None:
-        return "before the first task:"
+        return NO_TASK_LINE
     return _named_task(task, _prompt_text(history.entries[task].message))
+
+
+def _task_line_cost(history: History, task: int | None) -> int:
+    """Characters a task's line takes on a page, its newline included."""
+    if task is None:
+        return len(NO_TASK_LINE) + 1
+    return len(_named_task(task, _prompt_text(history.entries[task].message))) + 1
+
+
+NO_TASK_LINE = "before the first task:"
+# The fewest characters a task's line takes on a page (an empty prompt, a one-digit id).
+TASK_LINE_FLOOR = min(len(f'task {recall_id(0)} "":'), len(NO_TASK_LINE)) + 1
 
 
 @lru_cache(maxsize=4096)
