@@ -79,21 +79,23 @@ _EDGE = r"[A-Za-z0-9]"
 # to be a value (`number_forms`): a count, a size, a code a later call may carry.
 _NUMBER = re.compile(r"(?<![\w.,-])\d{4,}(?![\w,-]|\.\d)")
 _NEWLINE = re.compile("\n")
-# What every match of a pattern holds: one of these substrings (none listed: no such
-# condition), and an ASCII digit when marked. A text without them is not searched with it:
-# a substring test costs a fraction of a regex scan, and most texts skip most patterns.
-_GATES: dict[str, tuple[tuple[str, ...], bool]] = {
-    "url": (("://",), False),
-    "email": (("@",), False),
-    "path": (("/",), False),
-    "date": (("-", "/"), True),
-    "amount": ((".", "$", "€", "£", "¥"), True),
-    "id": ((), True),
-    "quoted": (('"', "'", "“"), False),
+# What every match of a pattern holds: one of these substrings or a match of this probe
+# (neither given: no such condition), and an ASCII digit when marked. A text without them
+# is not searched with the pattern: a substring test or a probe with a literal start costs
+# a fraction of the pattern's scan, and most texts skip most patterns.
+_GATES: dict[str, tuple[tuple[str, ...], re.Pattern[str] | None, bool]] = {
+    "url": (("://",), None, False),
+    "email": (("@",), None, False),
+    "path": (("/",), None, False),
+    "date": (("-", "/"), None, True),
+    # A currency sign before the number, or a decimal point before a digit.
+    "amount": (("$", "€", "£", "¥"), re.compile(r"\.\d"), True),
+    "id": ((), None, True),
+    "quoted": (('"', "'", "“"), None, False),
 }
-_SEARCHED: tuple[tuple[str, re.Pattern[str], tuple[str, ...], bool], ...] = tuple(
-    (kind, pattern, *_GATES.get(kind, ((), False))) for kind, pattern in PATTERNS
-)
+_SEARCHED: tuple[
+    tuple[str, re.Pattern[str], tuple[str, ...], re.Pattern[str] | None, bool], ...
+] = tuple((kind, pattern, *_GATES.get(kind, ((), None, False))) for kind, pattern in PATTERNS)
 _ASCII_DIGIT = re.compile("[0-9]")
 _MAX_DEPTH = 64  # a hostile nesting depth: what lies deeper is not read
 
@@ -254,6 +256,8 @@ def _json_rows(text: str) -> list[list[str]] | None:
     """Rows of values of ``text`` when it is a JSON object or array (None otherwise): each
     object's (or array's) scalar children, strings whole where they read as one identifier,
     longer strings by their spans."""
+    if not text or (text[0] not in "{[" and not text[0].isspace()):
+        return None  # what `lstrip` would leave does not open a document (no copy made)
     stripped = text.lstrip()
     if not stripped or stripped[0] not in "{[" or len(text) > MAX_READ_CHARS:
         return None
@@ -323,6 +327,9 @@ def number_forms(number: int | float) -> list[str]:
             return []
         return list(dict.fromkeys([text, f"{number:.2f}"]))
     text = str(number)
+    if type(number) is int:
+        # An int's text is its ASCII digits, after a minus sign when negative.
+        return [text] if len(text) - (number < 0) >= 4 else []
     return [text] if sum(c.isdigit() for c in text) >= 4 else []
 
 
@@ -352,6 +359,8 @@ def spans(text: str, found: dict[str, str], positions: dict[str, int] | None = N
     """Add the identifier-like spans of ``text`` to ``found`` (value -> kind, first kind
     kept) and, when given, where each new value first starts to ``positions``; returns the
     character ranges they took."""
+    if not text:
+        return _Taken()
     return _spans(text, found, positions, _ASCII_DIGIT.search(text) is not None)
 
 
@@ -362,16 +371,17 @@ def _spans(
     taken = _Taken()
     if not text:
         return taken
-    for kind, pattern, marks, numeric in _SEARCHED:
+    for kind, pattern, marks, probe, numeric in _SEARCHED:
         # The pattern cannot match without what its gate names (`_GATES`).
         if numeric and not digits:
             continue
-        if marks:
+        if marks or probe is not None:
             for mark in marks:
                 if mark in text:
                     break
             else:
-                continue
+                if probe is None or probe.search(text) is None:
+                    continue
         for match in pattern.finditer(text):
             start, end = match.span()
             if taken.overlaps(start, end):

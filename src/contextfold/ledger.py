@@ -33,12 +33,13 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from operator import attrgetter
 from typing import Any
 
 from .history import History
 from .identifiers import held_values, occurs
 from .messages import NOTICE_SOURCE, Kind, well_formed_text
-from .recall import recall_id
+from .recall import ID_PREFIX, recall_id
 from .tokens import TokenCounter
 
 LEDGER_OPEN = "<context-ledger>"
@@ -218,7 +219,13 @@ class ValueIndex:
     def forget(self, history: History, removed: Any) -> None:
         """Drop what is kept of messages whose unit is in ``removed`` (out of the view)."""
         entries = history.entries
-        gone = [i for i in self._read if entries[i].unit in removed]
+        outside = getattr(removed, "outside", None)
+        if outside is not None:
+            # A set of the view's units answers faster than the removed runs, per message.
+            kept = set(outside(len(history.units)))
+            gone = [i for i in self._read if entries[i].unit not in kept]
+        else:
+            gone = [i for i in self._read if entries[i].unit in removed]
         holders = self._holders
         for index in gone:
             read = self._read.pop(index)
@@ -260,11 +267,14 @@ class ValueIndex:
         """``(value, score)`` for each value of message ``source``: how likely it is needed
         again, higher first (see the module for the signals)."""
         asked, answered, led, written = self._asked, self._answered, self._led, self._written
-        shapes: dict[str, int] = {}
-        for row in rows:
-            for value in row:
-                key = shape(value)
-                shapes[key] = shapes.get(key, 0) + 1
+        # Fewer values than make a list of look-alikes: none is one, no shape is needed.
+        shapes: dict[str, int] | None = None
+        if sum(len(row) for row in rows) >= LOOKALIKES:
+            shapes = {}
+            for row in rows:
+                for value in row:
+                    key = shape(value)
+                    shapes[key] = shapes.get(key, 0) + 1
         used = kind is Kind.TOOL_RESULT and self.last_use(source) > source
         concluding = 2 if source in self._concluding else 0
         assistant = kind is Kind.ASSISTANT
@@ -272,14 +282,20 @@ class ValueIndex:
         for row in rows:
             # A row of a listing the agent took a followed lead from (or the user named):
             # the row of the item chosen, not one more look-alike.
-            row_used = not assistant and any(
-                asked.get(v, -1) > source
-                or answered.get(v, -1) > source
-                or (led.get(v, -1) > source and written.get(v, -1) > source)
-                for v in row
-            )
+            row_used = False
+            if not assistant:
+                for v in row:
+                    if (
+                        asked.get(v, -1) > source
+                        or answered.get(v, -1) > source
+                        or (led.get(v, -1) > source and written.get(v, -1) > source)
+                    ):
+                        row_used = True
+                        break
             for value in row:
-                lookalike = not row_used and shapes[shape(value)] >= LOOKALIKES
+                lookalike = (
+                    shapes is not None and not row_used and shapes[shape(value)] >= LOOKALIKES
+                )
                 score = concluding if lookalike else concluding + 1
                 if value in asked:
                     score += 4
@@ -570,7 +586,13 @@ def check_summary(
 
 def ranked(entries: Iterable[LedgerEntry]) -> list[LedgerEntry]:
     """Best first: higher score, then newer source."""
-    return sorted(entries, key=lambda e: (-e.score, -e.source))
+    # Descending by (score, source): a stable sort keeps ties in their order either way.
+    return sorted(entries, key=_RANK, reverse=True)
+
+
+_RANK = attrgetter("score", "source")
+_VALUE = attrgetter("value")
+_SOURCE = attrgetter("source")
 
 
 def extend(
@@ -584,15 +606,15 @@ def extend(
     fit the room, or, when the room is taken by values ranked below them, one page of the
     best of all (a repack). Never larger than ``plan.capacity`` raw tokens."""
     pool = _merged_pool(ledger.pool, fresh, ledger.listed)
-    known = {e.value for e in ledger.pool}
+    known = set(map(_VALUE, ledger.pool))
     unlisted = ledger.unlisted + sum(
         1 for e in fresh if e.value not in known and e.value not in ledger.listed
     )
     if not pool:
         return ledger if unlisted == ledger.unlisted else _with(ledger, pool, unlisted)
     room = min(plan.capacity - ledger.cost, plan.allowance)
+    pool_sources = frozenset(map(_SOURCE, pool))
     if room >= MIN_PAGE_TOKENS:
-        pool_sources = frozenset(e.source for e in pool)
         page = _fitted_page(
             history, pool, room, not ledger.pages, plan.role, counter, ledger.sources, pool_sources
         )
@@ -611,7 +633,7 @@ def extend(
                 named=ledger.named | named,
             )
     worst = min((e.score for e in ledger.entries), default=None)
-    silent = not {e.source for e in pool} <= ledger.sources
+    silent = not pool_sources <= ledger.sources
     if not silent and (worst is None or pool[0].score <= worst):
         return _with(ledger, pool, unlisted)
     # The room is taken by values ranked below new ones, or a message taken out would go
@@ -631,7 +653,8 @@ def repacked(
 ) -> Ledger:
     """One page of the best of the listed values and ``pool`` within ``budget`` raw tokens
     (an empty ledger when nothing fits); the rest go back to the pool."""
-    everything = ranked({e.value: e for e in (*pool, *ledger.entries)}.values())
+    both = (*pool, *ledger.entries)
+    everything = ranked(dict(zip(map(_VALUE, both), both, strict=True)).values())
     total = (ledger.unlisted if unlisted is None else unlisted) + len(ledger.entries)
     page = _fitted_page(history, everything, budget, True, role, counter, frozenset())
     if page is None:
@@ -679,7 +702,7 @@ def _merged_pool(
     again from a newer message, a value may now rank higher), the best `POOL_SIZE`."""
     if not fresh:
         return pool
-    best = {e.value: e for e in pool}
+    best = dict(zip(map(_VALUE, pool), pool, strict=True))
     for entry in fresh:
         if entry.value in listed:
             continue
@@ -755,11 +778,10 @@ def _chosen(
             line = task_lines[task] = _task_line_cost(history, task)
         return line
 
-    name_cost: dict[int, int] = {}
-    for entry in candidates:
-        if entry.source not in already and entry.source not in name_cost:
-            name_cost[entry.source] = len(recall_id(entry.source)) + 2
-    reserve = sum(name_cost.values())
+    # The messages no page names yet, each named for its id and a separator at least
+    # (`recall_id` is the prefix and the index's digits: counted without writing ids).
+    unnamed = set(map(_SOURCE, candidates)) - already
+    reserve = sum(map(len, map(str, unnamed))) + (len(ID_PREFIX) + 2) * len(unnamed)
     if whole and reserve > budget:
         # A message is named for at least its id, on a line of its values or alone.
         return None
@@ -775,8 +797,10 @@ def _chosen(
         cost = len(entry.value) + len(SEPARATOR)
         own = 0
         if entry.source not in sources:
-            cost += len(recall_id(entry.source)) + 4
-            own = name_cost.get(entry.source, 0)
+            id_chars = len(recall_id(entry.source))
+            cost += id_chars + 4
+            if entry.source in unnamed:
+                own = id_chars + 2
         left = budget - (reserve - own)
         if entry.task not in tasks:
             if cost + TASK_LINE_FLOOR > left:
@@ -791,25 +815,28 @@ def _chosen(
     named: list[tuple[int, int | None]] = []
     named_tasks: set[int | None] = set()
     # No message is named for less than the cheapest id.
-    cheapest = min(name_cost.values(), default=0)
+    id_extra = len(ID_PREFIX) + 2
+    cheapest = min(map(len, map(str, unnamed)), default=0) + id_extra
     for entry in candidates:
         if budget < cheapest:
             break
-        if entry.source in sources or entry.source in already:
+        source = entry.source
+        if source in sources or source in already:
             continue
-        cost = name_cost[entry.source]
-        if entry.task not in named_tasks:
+        task = entry.task
+        cost = len(str(source)) + id_extra
+        if task not in named_tasks:
             cost += len(MORE_LINE)
-        if entry.task not in tasks:
+        if task not in tasks:
             if cost + TASK_LINE_FLOOR > budget:
                 continue  # its task's line would not fit either
-            cost += task_cost(entry.task)
+            cost += task_cost(task)
         if cost <= budget:
             budget -= cost
-            named.append((entry.source, entry.task))
-            sources.add(entry.source)
-            tasks.add(entry.task)
-            named_tasks.add(entry.task)
+            named.append((source, task))
+            sources.add(source)
+            tasks.add(task)
+            named_tasks.add(task)
     return chosen, named
 
 
