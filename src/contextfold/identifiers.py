@@ -232,8 +232,7 @@ def _line_values(text: str) -> list[list[str]]:
     found: dict[str, str] = {}
     digits = _ASCII_DIGIT.search(text) is not None
     taken = _spans(text, found, positions := {}, digits)
-    # `_NUMBER`'s digits are any Unicode digits: only an ASCII text without one is skipped.
-    if digits or not text.isascii():
+    if _may_hold_number(text, digits):
         for match in _NUMBER.finditer(text):
             start, end = match.span()
             if not taken.overlaps(start, end):
@@ -250,6 +249,12 @@ def _line_values(text: str) -> list[list[str]]:
     for value, start in positions.items():
         lines.setdefault(bisect_right(breaks, start), []).append((start, value))
     return [[value for _start, value in sorted(lines[line])] for line in sorted(lines)]
+
+
+def _may_hold_number(text: str, digits: bool) -> bool:
+    """Whether `_NUMBER` can match ``text`` (``digits``: it holds an ASCII digit). Its
+    digits are any Unicode digits: only an ASCII text without one is skipped."""
+    return digits or not text.isascii()
 
 
 def _json_rows(text: str) -> list[list[str]] | None:
