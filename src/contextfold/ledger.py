@@ -222,8 +222,8 @@ class ValueIndex:
         outside = getattr(removed, "outside", None)
         if outside is not None:
             # A set of the view's units answers faster than the removed runs, per message.
-            kept = set(outside(len(history.units)))
-            gone = [i for i in self._read if entries[i].unit not in kept]
+            in_view: set[int] = set(outside(len(history.units)))
+            gone = [i for i in self._read if entries[i].unit not in in_view]
         else:
             gone = [i for i in self._read if entries[i].unit in removed]
         holders = self._holders
