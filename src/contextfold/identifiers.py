@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 from bisect import bisect_right
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -79,16 +79,24 @@ _EDGE = r"[A-Za-z0-9]"
 # to be a value (`number_forms`): a count, a size, a code a later call may carry.
 _NUMBER = re.compile(r"(?<![\w.,-])\d{4,}(?![\w,-]|\.\d)")
 _NEWLINE = re.compile("\n")
-# A character each pattern's every match holds: a text without it is not searched.
-_NEEDS: dict[str, re.Pattern[str]] = {
-    "url": re.compile("://"),
-    "email": re.compile("@"),
-    "path": re.compile("/"),
-    "date": re.compile("[0-9]"),
-    "amount": re.compile("[0-9]"),
-    "id": re.compile("[0-9]"),
-    "quoted": re.compile("[\"'“]"),
+# What every match of a pattern holds: one of these substrings or a match of this probe
+# (neither given: no such condition), and an ASCII digit when marked. A text without them
+# is not searched with the pattern: a substring test or a probe with a literal start costs
+# a fraction of the pattern's scan, and most texts skip most patterns.
+_GATES: dict[str, tuple[tuple[str, ...], re.Pattern[str] | None, bool]] = {
+    "url": (("://",), None, False),
+    "email": (("@",), None, False),
+    "path": (("/",), None, False),
+    "date": (("-", "/"), None, True),
+    # A currency sign before the number, or a decimal point before a digit.
+    "amount": (("$", "€", "£", "¥"), re.compile(r"\.\d"), True),
+    "id": ((), None, True),
+    "quoted": (('"', "'", "“"), None, False),
 }
+_SEARCHED: tuple[
+    tuple[str, re.Pattern[str], tuple[str, ...], re.Pattern[str] | None, bool], ...
+] = tuple((kind, pattern, *_GATES.get(kind, ((), None, False))) for kind, pattern in PATTERNS)
+_ASCII_DIGIT = re.compile("[0-9]")
 _MAX_DEPTH = 64  # a hostile nesting depth: what lies deeper is not read
 
 
@@ -159,6 +167,11 @@ def held_values(message: Mapping[str, Any]) -> list[tuple[str, ...]]:
     if role_of(message) == "assistant":
         row = tuple(value for value, _kind in call_values(message))
         return [row] if row else []
+    content = message.get("content")
+    if isinstance(content, str):
+        # The common shape, read without walking blocks (`content_texts` yields it alone).
+        text = content[:MAX_READ_CHARS]
+        return _new_rows(_cached_rows(text) if len(text) <= _CACHED_CHARS else _text_rows(text))
     seen: set[str] = set()
     rows: list[tuple[str, ...]] = []
     left = MAX_READ_CHARS
@@ -175,6 +188,21 @@ def held_values(message: Mapping[str, Any]) -> list[tuple[str, ...]]:
                     kept.append(value)
             if kept:
                 rows.append(tuple(kept))
+    return rows
+
+
+def _new_rows(found: Sequence[Sequence[str]]) -> list[tuple[str, ...]]:
+    """The rows of one text, each value once (its first row) and of a value's length."""
+    seen: set[str] = set()
+    rows: list[tuple[str, ...]] = []
+    for values in found:
+        kept: list[str] = []
+        for value in values:
+            if value not in seen and MIN_VALUE_CHARS <= len(value) <= MAX_VALUE_CHARS:
+                seen.add(value)
+                kept.append(value)
+        if kept:
+            rows.append(tuple(kept))
     return rows
 
 
@@ -202,14 +230,16 @@ def _line_values(text: str) -> list[list[str]]:
     """`line_values` of each line of ``text`` that has any, the patterns run once over the
     whole text (a line at a time would run each pattern once per line)."""
     found: dict[str, str] = {}
-    taken = spans(text, found, positions := {})
-    for match in _NUMBER.finditer(text):
-        start, end = match.span()
-        if not taken.overlaps(start, end):
-            value = match.group()
-            if value not in found:
-                found[value] = "number"
-                positions[value] = start
+    digits = _ASCII_DIGIT.search(text) is not None
+    taken = _spans(text, found, positions := {}, digits)
+    if _may_hold_number(text, digits):
+        for match in _NUMBER.finditer(text):
+            start, end = match.span()
+            if not taken.overlaps(start, end):
+                value = match.group()
+                if value not in found:
+                    found[value] = "number"
+                    positions[value] = start
     if not found:
         return []
     if "\n" not in text:
@@ -221,10 +251,18 @@ def _line_values(text: str) -> list[list[str]]:
     return [[value for _start, value in sorted(lines[line])] for line in sorted(lines)]
 
 
+def _may_hold_number(text: str, digits: bool) -> bool:
+    """Whether `_NUMBER` can match ``text`` (``digits``: it holds an ASCII digit). Its
+    digits are any Unicode digits: only an ASCII text without one is skipped."""
+    return digits or not text.isascii()
+
+
 def _json_rows(text: str) -> list[list[str]] | None:
     """Rows of values of ``text`` when it is a JSON object or array (None otherwise): each
     object's (or array's) scalar children, strings whole where they read as one identifier,
     longer strings by their spans."""
+    if not text or (text[0] not in "{[" and not text[0].isspace()):
+        return None  # what `lstrip` would leave does not open a document (no copy made)
     stripped = text.lstrip()
     if not stripped or stripped[0] not in "{[" or len(text) > MAX_READ_CHARS:
         return None
@@ -294,6 +332,9 @@ def number_forms(number: int | float) -> list[str]:
             return []
         return list(dict.fromkeys([text, f"{number:.2f}"]))
     text = str(number)
+    if type(number) is int:
+        # An int's text is its ASCII digits, after a minus sign when negative.
+        return [text] if len(text) - (number < 0) >= 4 else []
     return [text] if sum(c.isdigit() for c in text) >= 4 else []
 
 
@@ -323,13 +364,29 @@ def spans(text: str, found: dict[str, str], positions: dict[str, int] | None = N
     """Add the identifier-like spans of ``text`` to ``found`` (value -> kind, first kind
     kept) and, when given, where each new value first starts to ``positions``; returns the
     character ranges they took."""
+    if not text:
+        return _Taken()
+    return _spans(text, found, positions, _ASCII_DIGIT.search(text) is not None)
+
+
+def _spans(
+    text: str, found: dict[str, str], positions: dict[str, int] | None, digits: bool
+) -> _Taken:
+    """`spans`, told whether ``text`` holds an ASCII digit."""
     taken = _Taken()
     if not text:
         return taken
-    for kind, pattern in PATTERNS:
-        needs = _NEEDS.get(kind)
-        if needs is not None and needs.search(text) is None:
-            continue  # the pattern cannot match without one of these characters
+    for kind, pattern, marks, probe, numeric in _SEARCHED:
+        # The pattern cannot match without what its gate names (`_GATES`).
+        if numeric and not digits:
+            continue
+        if marks or probe is not None:
+            for mark in marks:
+                if mark in text:
+                    break
+            else:
+                if probe is None or probe.search(text) is None:
+                    continue
         for match in pattern.finditer(text):
             start, end = match.span()
             if taken.overlaps(start, end):

@@ -33,12 +33,13 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from operator import attrgetter
 from typing import Any
 
 from .history import History
 from .identifiers import held_values, occurs
 from .messages import NOTICE_SOURCE, Kind, content_text, well_formed_text
-from .recall import recall_id
+from .recall import ID_PREFIX, recall_id
 from .tokens import TokenCounter
 
 LEDGER_OPEN = "<context-ledger>"
@@ -218,7 +219,13 @@ class ValueIndex:
     def forget(self, history: History, removed: Any) -> None:
         """Drop what is kept of messages whose unit is in ``removed`` (out of the view)."""
         entries = history.entries
-        gone = [i for i in self._read if entries[i].unit in removed]
+        outside = getattr(removed, "outside", None)
+        if outside is not None:
+            # A set of the view's units answers faster than the removed runs, per message.
+            in_view: set[int] = set(outside(len(history.units)))
+            gone = [i for i in self._read if entries[i].unit not in in_view]
+        else:
+            gone = [i for i in self._read if entries[i].unit in removed]
         holders = self._holders
         for index in gone:
             read = self._read.pop(index)
@@ -260,11 +267,14 @@ class ValueIndex:
         """``(value, score)`` for each value of message ``source``: how likely it is needed
         again, higher first (see the module for the signals)."""
         asked, answered, led, written = self._asked, self._answered, self._led, self._written
-        shapes: dict[str, int] = {}
-        for row in rows:
-            for value in row:
-                key = shape(value)
-                shapes[key] = shapes.get(key, 0) + 1
+        # Fewer values than make a list of look-alikes: none is one, no shape is needed.
+        shapes: dict[str, int] | None = None
+        if sum(len(row) for row in rows) >= LOOKALIKES:
+            shapes = {}
+            for row in rows:
+                for value in row:
+                    key = shape(value)
+                    shapes[key] = shapes.get(key, 0) + 1
         used = kind is Kind.TOOL_RESULT and self.last_use(source) > source
         concluding = 2 if source in self._concluding else 0
         assistant = kind is Kind.ASSISTANT
@@ -272,14 +282,20 @@ class ValueIndex:
         for row in rows:
             # A row of a listing the agent took a followed lead from (or the user named):
             # the row of the item chosen, not one more look-alike.
-            row_used = not assistant and any(
-                asked.get(v, -1) > source
-                or answered.get(v, -1) > source
-                or (led.get(v, -1) > source and written.get(v, -1) > source)
-                for v in row
-            )
+            row_used = False
+            if not assistant:
+                for v in row:
+                    if (
+                        asked.get(v, -1) > source
+                        or answered.get(v, -1) > source
+                        or (led.get(v, -1) > source and written.get(v, -1) > source)
+                    ):
+                        row_used = True
+                        break
             for value in row:
-                lookalike = not row_used and shapes[shape(value)] >= LOOKALIKES
+                lookalike = (
+                    shapes is not None and not row_used and shapes[shape(value)] >= LOOKALIKES
+                )
                 score = concluding if lookalike else concluding + 1
                 if value in asked:
                     score += 4
@@ -570,7 +586,13 @@ def check_summary(
 
 def ranked(entries: Iterable[LedgerEntry]) -> list[LedgerEntry]:
     """Best first: higher score, then newer source."""
-    return sorted(entries, key=lambda e: (-e.score, -e.source))
+    # Descending by (score, source): a stable sort keeps ties in their order either way.
+    return sorted(entries, key=_RANK, reverse=True)
+
+
+_RANK = attrgetter("score", "source")
+_VALUE = attrgetter("value")
+_SOURCE = attrgetter("source")
 
 
 def extend(
@@ -584,21 +606,20 @@ def extend(
     fit the room, or, when the room is taken by values ranked below them, one page of the
     best of all (a repack). Never larger than ``plan.capacity`` raw tokens."""
     pool = _merged_pool(ledger.pool, fresh, ledger.listed)
-    known = {e.value for e in ledger.pool}
+    known = set(map(_VALUE, ledger.pool))
     unlisted = ledger.unlisted + sum(
         1 for e in fresh if e.value not in known and e.value not in ledger.listed
     )
     if not pool:
         return ledger if unlisted == ledger.unlisted else _with(ledger, pool, unlisted)
     room = min(plan.capacity - ledger.cost, plan.allowance)
+    pool_sources = frozenset(map(_SOURCE, pool))
     if room >= MIN_PAGE_TOKENS:
         page = _fitted_page(
-            history, pool, room, not ledger.pages, plan.role, counter, ledger.sources
+            history, pool, room, not ledger.pages, plan.role, counter, ledger.sources, pool_sources
         )
         page_sources = ledger.sources | (page[3] if page else frozenset())
-        if page is not None and (
-            {e.source for e in page[2]} | page_sources >= {e.source for e in pool}
-        ):
+        if page is not None and ({e.source for e in page[2]} | page_sources >= pool_sources):
             message, cost, chosen, named = page
             taken = {e.value for e in chosen}
             rest = tuple(e for e in pool if e.value not in taken)
@@ -612,7 +633,7 @@ def extend(
                 named=ledger.named | named,
             )
     worst = min((e.score for e in ledger.entries), default=None)
-    silent = not {e.source for e in pool} <= ledger.sources
+    silent = not pool_sources <= ledger.sources
     if not silent and (worst is None or pool[0].score <= worst):
         return _with(ledger, pool, unlisted)
     # The room is taken by values ranked below new ones, or a message taken out would go
@@ -632,7 +653,8 @@ def repacked(
 ) -> Ledger:
     """One page of the best of the listed values and ``pool`` within ``budget`` raw tokens
     (an empty ledger when nothing fits); the rest go back to the pool."""
-    everything = ranked({e.value: e for e in (*pool, *ledger.entries)}.values())
+    both = (*pool, *ledger.entries)
+    everything = ranked(dict(zip(map(_VALUE, both), both, strict=True)).values())
     total = (ledger.unlisted if unlisted is None else unlisted) + len(ledger.entries)
     page = _fitted_page(history, everything, budget, True, role, counter, frozenset())
     if page is None:
@@ -680,7 +702,7 @@ def _merged_pool(
     again from a newer message, a value may now rank higher), the best `POOL_SIZE`."""
     if not fresh:
         return pool
-    best = {e.value: e for e in pool}
+    best = dict(zip(map(_VALUE, pool), pool, strict=True))
     for entry in fresh:
         if entry.value in listed:
             continue
@@ -698,11 +720,22 @@ def _fitted_page(
     role: str,
     counter: TokenCounter,
     already: frozenset[int],
+    cover: frozenset[int] | None = None,
 ) -> tuple[dict[str, Any], int, list[LedgerEntry], frozenset[int]] | None:
     """The page of the best ``candidates`` whose real count fits ``room`` tokens, the
     entries it lists and the messages it names by id alone: chosen by an estimate of their
-    characters, then cut by a quarter until the counter agrees."""
-    chosen, named = _chosen(history, candidates, room, first, already)
+    characters, then cut by a quarter until the counter agrees. With ``cover``, None as
+    well when the page with ``already`` cannot name every message of it."""
+    found = _chosen(history, candidates, room, first, already, cover is not None)
+    if found is None:
+        return None
+    chosen, named = found
+    if cover is not None and not (
+        already | {e.source for e in chosen} | {source for source, _task in named} >= cover
+    ):
+        # Cutting the page to fit only moves a message from a line of values to the ids
+        # named alone, or leaves it out: what the estimate does not name, no page names.
+        return None
     while chosen or named:
         message = render_page(history, chosen, first, role, named)
         cost = counter.count_message(message)
@@ -728,40 +761,52 @@ def _chosen(
     room: int,
     first: bool,
     already: frozenset[int],
-) -> tuple[list[LedgerEntry], list[tuple[int, int | None]]]:
+    whole: bool = False,
+) -> tuple[list[LedgerEntry], list[tuple[int, int | None]]] | None:
     """The best candidates whose rendered lines fit ``room`` tokens by estimate, and the
     messages named by id alone whose values do not all fit (recall returns a message
     whole). Naming every message taken out comes first (nothing is lost silently): room is
     kept for the ids of the messages no line names yet; the values fill the rest, best
-    first."""
+    first. With ``whole``, None when the room cannot even hold the id of every candidate's
+    message (only a page naming them all is wanted)."""
     budget = room * CHARS_PER_TOKEN - len(_head(first)) - len(LEDGER_OPEN) - len(LEDGER_CLOSE) - 8
     task_lines: dict[int | None, int] = {}
 
     def task_cost(task: int | None) -> int:
         line = task_lines.get(task)
         if line is None:
-            line = task_lines[task] = len(_task_line(history, task)) + 1
+            line = task_lines[task] = _task_line_cost(history, task)
         return line
 
-    name_cost: dict[int, int] = {}
-    for entry in candidates:
-        if entry.source not in already and entry.source not in name_cost:
-            name_cost[entry.source] = len(recall_id(entry.source)) + 2
-    reserve = sum(name_cost.values())
+    # The messages no page names yet, each named for its id and a separator at least
+    # (`recall_id` is the prefix and the index's digits: counted without writing ids).
+    unnamed = set(map(_SOURCE, candidates)) - already
+    reserve = sum(map(len, map(str, unnamed))) + (len(ID_PREFIX) + 2) * len(unnamed)
+    if whole and reserve > budget:
+        # A message is named for at least its id, on a line of its values or alone.
+        return None
     tasks: set[int | None] = set()
     sources: set[int] = set()
     chosen: list[LedgerEntry] = []
+    # A value's line costs at least its separator more than the room it frees (`own`): with
+    # less slack than that, no later candidate fits and the values are done.
+    least = len(SEPARATOR)
     for entry in candidates:
-        if entry.score < MIN_SCORE:
+        if entry.score < MIN_SCORE or budget - reserve < least:
             break  # ranked: a look-alike nothing points to is not worth a line (named below)
         cost = len(entry.value) + len(SEPARATOR)
-        if entry.task not in tasks:
-            cost += task_cost(entry.task)
         own = 0
         if entry.source not in sources:
-            cost += len(recall_id(entry.source)) + 4
-            own = name_cost.get(entry.source, 0)
-        if cost <= budget - (reserve - own):
+            id_chars = len(recall_id(entry.source))
+            cost += id_chars + 4
+            if entry.source in unnamed:
+                own = id_chars + 2
+        left = budget - (reserve - own)
+        if entry.task not in tasks:
+            if cost + TASK_LINE_FLOOR > left:
+                continue  # its task's line would not fit either
+            cost += task_cost(entry.task)
+        if cost <= left:
             budget -= cost
             reserve -= own
             chosen.append(entry)
@@ -769,20 +814,29 @@ def _chosen(
             tasks.add(entry.task)
     named: list[tuple[int, int | None]] = []
     named_tasks: set[int | None] = set()
+    # No message is named for less than the cheapest id.
+    id_extra = len(ID_PREFIX) + 2
+    cheapest = min(map(len, map(str, unnamed)), default=0) + id_extra
     for entry in candidates:
-        if entry.source in sources or entry.source in already:
+        if budget < cheapest:
+            break
+        source = entry.source
+        if source in sources or source in already:
             continue
-        cost = name_cost[entry.source]
-        if entry.task not in tasks:
-            cost += task_cost(entry.task)
-        if entry.task not in named_tasks:
+        task = entry.task
+        cost = len(str(source)) + id_extra
+        if task not in named_tasks:
             cost += len(MORE_LINE)
+        if task not in tasks:
+            if cost + TASK_LINE_FLOOR > budget:
+                continue  # its task's line would not fit either
+            cost += task_cost(task)
         if cost <= budget:
             budget -= cost
-            named.append((entry.source, entry.task))
-            sources.add(entry.source)
-            tasks.add(entry.task)
-            named_tasks.add(entry.task)
+            named.append((source, task))
+            sources.add(source)
+            tasks.add(task)
+            named_tasks.add(task)
     return chosen, named
 
 
@@ -823,8 +877,31 @@ def _head(first: bool) -> str:
 
 def _task_line(history: History, task: int | None) -> str:
     if task is None:
-        return "before the first task:"
-    words = " ".join(content_text(history.entries[task].message.get("content"), " ").split())
+        return NO_TASK_LINE
+    return _named_task(task, _prompt_text(history.entries[task].message))
+
+
+def _task_line_cost(history: History, task: int | None) -> int:
+    """Characters a task's line takes on a page, its newline included."""
+    if task is None:
+        return len(NO_TASK_LINE) + 1
+    return len(_named_task(task, _prompt_text(history.entries[task].message))) + 1
+
+
+NO_TASK_LINE = "before the first task:"
+# The fewest characters a task's line takes on a page (an empty prompt, a one-digit id).
+TASK_LINE_FLOOR = min(len(f'task {recall_id(0)} "":'), len(NO_TASK_LINE)) + 1
+
+
+@lru_cache(maxsize=4096)
+def _named_task(task: int, prompt: str) -> str:
+    """A task's line, kept for the tasks seen last: every page of every pass that weighs
+    a value of the task measures it (a string prompt's hash is kept by the string)."""
+    words = " ".join(prompt.split())
     if len(words) > PROMPT_WORDS_CHARS:
         words = words[: PROMPT_WORDS_CHARS - 1] + "…"
     return f'task {recall_id(task)} "{words}":'
+
+
+def _prompt_text(message: Mapping[str, Any]) -> str:
+    return content_text(message.get("content"), " ")

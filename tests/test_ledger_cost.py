@@ -1,0 +1,291 @@
+"""The identifier ledger's shortcuts change nothing it decides: a pattern skipped in a text
+without what its matches must hold, string content read without walking blocks, a page's
+estimate that stops when nothing more fits or measures a task's line only when it might
+fit, a page wanted whole that is not weighed when the room cannot hold every id. Each is
+held against the straightforward way, alone and through whole sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from contextfold import ContextFold, ContextLengthError, identifiers, ledger
+from contextfold.conventions import stamp_timestamp
+from contextfold.history import History
+from contextfold.ledger import (
+    CHARS_PER_TOKEN,
+    LEDGER_CLOSE,
+    LEDGER_OPEN,
+    MIN_SCORE,
+    MORE_LINE,
+    SEPARATOR,
+    LedgerEntry,
+)
+from contextfold.recall import recall_id
+from contextfold.tokens import HeuristicCounter
+
+MOMENT = datetime(2026, 12, 1, tzinfo=UTC)
+
+# Texts dense in what the gates look for: digits (ASCII and not), signs, separators.
+ALPHABET = "aZ09 7.,-/:@#$€'\"“”_\n٣x"
+texts = st.text(alphabet=ALPHABET, max_size=60) | st.sampled_from(
+    [
+        "What is item 4999?",
+        "Item 4999 is ok.",
+        "paid $1,250.00 on 2026-03-04 to ops@example.com via https://x.io/a?b=1",
+        'see /srv/a/b.csv and "North Wind" and ORD-48213, 12345678',
+        "v1.٣ and 1.٣ and 3/4/2026",
+    ]
+)
+
+
+# What each pattern needed before the gates: one character test each (dates, amounts and
+# ids an ASCII digit anywhere), numbers of four digits none.
+FIRST_GATES = {
+    "url": (("://",), False),
+    "email": (("@",), False),
+    "path": (("/",), False),
+    "date": ((), True),
+    "amount": ((), True),
+    "id": ((), True),
+    "quoted": (('"', "'", "“"), False),
+}
+
+
+def ungated(patch: pytest.MonkeyPatch) -> None:
+    """Every pattern searched where it was before the gates."""
+    patch.setattr(
+        identifiers,
+        "_SEARCHED",
+        tuple(
+            (kind, pattern, FIRST_GATES[kind][0], None, FIRST_GATES[kind][1])
+            for kind, pattern in identifiers.PATTERNS
+        ),
+    )
+    patch.setattr(identifiers, "_may_hold_number", lambda text, digits: True)
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=texts)
+def test_a_gated_search_finds_what_every_pattern_finds(text: str) -> None:
+    found: dict[str, str] = {}
+    positions: dict[str, int] = {}
+    identifiers.spans(text, found, positions)
+    rows = identifiers._text_rows(text)
+    with pytest.MonkeyPatch.context() as patch:
+        ungated(patch)
+        everything: dict[str, str] = {}
+        every_position: dict[str, int] = {}
+        identifiers.spans(text, everything, every_position)
+        assert (found, positions) == (everything, every_position)
+        assert rows == identifiers._text_rows(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=texts)
+def test_string_content_holds_what_one_text_block_holds(text: str) -> None:
+    as_string = {"role": "tool", "tool_call_id": "c1", "content": text}
+    as_block = {"role": "user", "content": [{"type": "text", "text": text}]}
+    assert identifiers.held_values(as_string) == identifiers.held_values(as_block)
+
+
+def straightforward_chosen(
+    history: History,
+    candidates: Sequence[LedgerEntry],
+    room: int,
+    first: bool,
+    already: frozenset[int],
+    whole: bool = False,
+) -> tuple[list[LedgerEntry], list[tuple[int, int | None]]]:
+    """The page's estimate as first written: every candidate weighed, every task line
+    measured before anything is compared (``whole`` changes nothing)."""
+    head = ledger.FIRST_PAGE_HEAD if first else ledger.NEXT_PAGE_HEAD
+    budget = room * CHARS_PER_TOKEN - len(head) - len(LEDGER_OPEN) - len(LEDGER_CLOSE) - 8
+
+    def task_cost(task: int | None) -> int:
+        return len(ledger._task_line(history, task)) + 1
+
+    name_cost: dict[int, int] = {}
+    for entry in candidates:
+        if entry.source not in already and entry.source not in name_cost:
+            name_cost[entry.source] = len(recall_id(entry.source)) + 2
+    reserve = sum(name_cost.values())
+    tasks: set[int | None] = set()
+    sources: set[int] = set()
+    chosen: list[LedgerEntry] = []
+    for entry in candidates:
+        if entry.score < MIN_SCORE:
+            break
+        cost = len(entry.value) + len(SEPARATOR)
+        if entry.task not in tasks:
+            cost += task_cost(entry.task)
+        own = 0
+        if entry.source not in sources:
+            cost += len(recall_id(entry.source)) + 4
+            own = name_cost.get(entry.source, 0)
+        if cost <= budget - (reserve - own):
+            budget -= cost
+            reserve -= own
+            chosen.append(entry)
+            sources.add(entry.source)
+            tasks.add(entry.task)
+    named: list[tuple[int, int | None]] = []
+    named_tasks: set[int | None] = set()
+    for entry in candidates:
+        if entry.source in sources or entry.source in already:
+            continue
+        cost = name_cost[entry.source]
+        if entry.task not in tasks:
+            cost += task_cost(entry.task)
+        if entry.task not in named_tasks:
+            cost += len(MORE_LINE)
+        if cost <= budget:
+            budget -= cost
+            named.append((entry.source, entry.task))
+            sources.add(entry.source)
+            tasks.add(entry.task)
+            named_tasks.add(entry.task)
+    return chosen, named
+
+
+def prompts_history(prompts: list[str]) -> History:
+    history = History(HeuristicCounter(), 100_000)
+    for text in prompts:
+        history.append(history.prepare({"role": "user", "content": text}))
+    return history
+
+
+entries = st.lists(
+    st.builds(
+        LedgerEntry,
+        value=st.text(alphabet="AB12-", min_size=0, max_size=12),
+        source=st.integers(0, 2_000),
+        task=st.none() | st.integers(0, 5),
+        score=st.integers(0, 9),
+    ),
+    max_size=80,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    candidates=entries,
+    room=st.integers(0, 400),
+    first=st.booleans(),
+    already=st.frozensets(st.integers(0, 2_000), max_size=20),
+    prompts=st.lists(st.text(max_size=120), min_size=6, max_size=6),
+)
+def test_the_estimate_stops_early_and_chooses_the_same(
+    candidates: list[LedgerEntry],
+    room: int,
+    first: bool,
+    already: frozenset[int],
+    prompts: list[str],
+) -> None:
+    history = prompts_history(prompts)
+    ranked = ledger.ranked(candidates)
+    expected = straightforward_chosen(history, ranked, room, first, already)
+    assert ledger._chosen(history, ranked, room, first, already) == expected
+    whole = ledger._chosen(history, ranked, room, first, already, True)
+    if whole is None:
+        # Left unweighed only when there would be no page, or it could not have named
+        # every message.
+        chosen, named = expected
+        covered = already | {e.source for e in chosen} | {source for source, _ in named}
+        assert not (chosen or named) or not covered >= {e.source for e in ranked}
+    else:
+        assert whole == expected
+
+
+def test_ranking_is_score_then_newer_source_ties_in_order() -> None:
+    items = [LedgerEntry(f"v{i}", i % 3, None, i % 2) for i in range(12)]
+    assert ledger.ranked(items) == sorted(items, key=lambda e: (-e.score, -e.source))
+
+
+# -- whole sessions -----------------------------------------------------------------------
+
+
+@st.composite
+def valued_sessions(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Tool-using sessions whose messages hold ids, amounts, dates and paths, some shared
+    between the call, its result and the answer (so values are used and ranked)."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are terse."}]
+    for n in range(draw(st.integers(4, 30))):
+        step = draw(st.sampled_from(["task", "tools", "tools", "answer"]))
+        number = draw(st.integers(0, 99_999))
+        value = draw(
+            st.sampled_from(
+                [
+                    f"ORD-{number}",
+                    f"{number}.25",
+                    f"/srv/{number}/a.csv",
+                    f"2026-01-{1 + number % 28:02d}",
+                ]
+            )
+        )
+        if step == "task":
+            prompt = f"Task {n}: look into {value} " + "and more " * draw(st.integers(0, 30))
+            messages.append({"role": "user", "content": prompt, "metadata": {"source": "user"}})
+        elif step == "answer":
+            messages.append({"role": "assistant", "content": f"Found {value}, item {number}."})
+        else:
+            call = f"c{n}"
+            rows = "\n".join(
+                f"{value}-{k} {number + k} amount {k}.50 {'x' * draw(st.integers(0, 60))}"
+                for k in range(draw(st.integers(1, 12)))
+            )
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {"id": call, "tool": "lookup", "arguments": {"q": value, "n": number}}
+                    ],
+                }
+            )
+            messages.append({"role": "tool", "tool_call_id": call, "content": rows})
+    return messages
+
+
+async def views(messages: list[dict[str, Any]], budgets: list[int]) -> list[Any]:
+    context = ContextFold({"token_counter": "heuristic"})
+    seen: list[Any] = []
+    for message, budget in zip(messages, budgets * len(messages), strict=False):
+        await context.add_message(stamp_timestamp(message, now=MOMENT))
+        try:
+            view = await context.get_messages_for_request(token_budget=budget)
+        except ContextLengthError as error:
+            view = [{"refused": error.required_tokens}]
+        seen.append(json.dumps(view, sort_keys=True))
+        seen.append(json.dumps(context._state.sticky.state.ledger.to_dict(), sort_keys=True))
+    return seen
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    messages=valued_sessions(),
+    budgets=st.lists(st.integers(500, 4_000), min_size=1, max_size=4),
+)
+def test_sessions_get_the_same_views_and_ledgers_without_the_shortcuts(
+    messages: list[dict[str, Any]], budgets: list[int]
+) -> None:
+    fast = asyncio.run(views(messages, budgets))
+    original_page = ledger._fitted_page
+
+    def page_without_cover(*args: Any) -> Any:
+        return original_page(*args[:7])  # the page always weighed and rendered
+
+    with pytest.MonkeyPatch.context() as patch:
+        ungated(patch)
+        patch.setattr(identifiers, "_cached_rows", identifiers._text_rows)
+        patch.setattr(ledger, "_chosen", straightforward_chosen)
+        patch.setattr(ledger, "_fitted_page", page_without_cover)
+        slow = asyncio.run(views(messages, budgets))
+    assert fast == slow
