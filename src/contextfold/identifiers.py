@@ -340,24 +340,45 @@ def number_forms(number: int | float) -> list[str]:
 
 class _Taken:
     """Disjoint character ranges already claimed by a pattern, sorted: an overlap test is a
-    binary search (a long tool result has thousands of spans)."""
+    binary search (a long tool result has thousands of spans). One pattern's matches never
+    overlap each other and come in order, so they are collected apart and merged in once
+    the pattern is done (`settle`): inserting each into the sorted lists would move every
+    later range, quadratic in a text with thousands of them."""
 
-    __slots__ = ("ends", "starts")
+    __slots__ = ("ends", "new_ends", "new_starts", "starts")
 
     def __init__(self) -> None:
         self.starts: list[int] = []
         self.ends: list[int] = []
+        self.new_starts: list[int] = []
+        self.new_ends: list[int] = []
 
     def overlaps(self, start: int, end: int) -> bool:
+        """Whether ``start..end`` overlaps a range of an earlier pattern."""
         i = bisect_right(self.starts, start) - 1
         if i >= 0 and self.ends[i] > start:
             return True
         return i + 1 < len(self.starts) and self.starts[i + 1] < end
 
     def add(self, start: int, end: int) -> None:
-        i = bisect_right(self.starts, start)
-        self.starts.insert(i, start)
-        self.ends.insert(i, end)
+        """Claim ``start..end`` for the pattern being run (after its earlier matches)."""
+        self.new_starts.append(start)
+        self.new_ends.append(end)
+
+    def settle(self) -> None:
+        """Merge the pattern's ranges into the sorted ones."""
+        if not self.new_starts:
+            return
+        if not self.starts or self.starts[-1] < self.new_starts[0]:
+            self.starts += self.new_starts
+            self.ends += self.new_ends
+        else:
+            pairs = sorted(
+                zip(self.starts + self.new_starts, self.ends + self.new_ends, strict=True)
+            )
+            self.starts = [start for start, _end in pairs]
+            self.ends = [end for _start, end in pairs]
+        self.new_starts, self.new_ends = [], []
 
 
 def spans(text: str, found: dict[str, str], positions: dict[str, int] | None = None) -> _Taken:
@@ -404,4 +425,5 @@ def _spans(
                 found[value] = kind
                 if positions is not None:
                     positions[value] = start
+        taken.settle()
     return taken
