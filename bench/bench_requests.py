@@ -444,6 +444,18 @@ def naive_total(history: list[dict[str, Any]]) -> int:
     return sum(naive_estimate(m) for m in history)
 
 
+def _forget_read_texts() -> None:
+    """Empty the identifier reader's cache of recent texts (kept across contexts: a replay
+    or a resumed worker reads the same texts again), so every repetition of a pass pays
+    for its reading as the first pass over a history does: at 1,000 messages every text
+    would otherwise still be cached from the repetition before, at 10,000 none."""
+    try:
+        from contextfold.identifiers import _cached_rows
+    except ImportError:  # a version without the identifier ledger
+        return
+    _cached_rows.cache_clear()
+
+
 async def compaction_contextfold(
     history: list[dict[str, Any]], budget: int, reps: int, checks: list[dict[str, Any]]
 ) -> Measure:
@@ -451,6 +463,7 @@ async def compaction_contextfold(
 
     async def run() -> float:
         nonlocal last
+        _forget_read_texts()
         ctx = new_contextfold()
         await ctx.set_messages(history)
         elapsed = await _timed(lambda: ctx.get_messages_for_request(token_budget=budget))
