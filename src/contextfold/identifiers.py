@@ -170,9 +170,9 @@ def held_values(message: Mapping[str, Any]) -> list[tuple[str, ...]]:
     content = message.get("content")
     if isinstance(content, str):
         # The common shape, read without walking blocks (`content_texts` yields it alone).
-        text = content[:MAX_READ_CHARS]
-        return _new_rows(_cached_rows(text) if len(text) <= _CACHED_CHARS else _text_rows(text))
-    seen: set[str] = set()
+        seen: set[str] = set()
+        return _add_new_rows(_read_rows(content[:MAX_READ_CHARS]), seen, [])
+    seen = set()
     rows: list[tuple[str, ...]] = []
     left = MAX_READ_CHARS
     for leaf in content_texts(message):
@@ -180,21 +180,15 @@ def held_values(message: Mapping[str, Any]) -> list[tuple[str, ...]]:
             break
         text = leaf if len(leaf) <= left else leaf[:left]
         left -= len(text)
-        for values in _cached_rows(text) if len(text) <= _CACHED_CHARS else _text_rows(text):
-            kept: list[str] = []
-            for value in values:
-                if value not in seen and MIN_VALUE_CHARS <= len(value) <= MAX_VALUE_CHARS:
-                    seen.add(value)
-                    kept.append(value)
-            if kept:
-                rows.append(tuple(kept))
+        _add_new_rows(_read_rows(text), seen, rows)
     return rows
 
 
-def _new_rows(found: Sequence[Sequence[str]]) -> list[tuple[str, ...]]:
-    """The rows of one text, each value once (its first row) and of a value's length."""
-    seen: set[str] = set()
-    rows: list[tuple[str, ...]] = []
+def _add_new_rows(
+    found: Sequence[Sequence[str]], seen: set[str], rows: list[tuple[str, ...]]
+) -> list[tuple[str, ...]]:
+    """Append to ``rows`` the rows of ``found`` with each value once (not in ``seen``, which
+    it joins) and of a value's length; returns ``rows``."""
     for values in found:
         kept: list[str] = []
         for value in values:
@@ -204,6 +198,11 @@ def _new_rows(found: Sequence[Sequence[str]]) -> list[tuple[str, ...]]:
         if kept:
             rows.append(tuple(kept))
     return rows
+
+
+def _read_rows(text: str) -> Sequence[Sequence[str]]:
+    """`_text_rows` of ``text``, through the cache of recent texts when it is short enough."""
+    return _cached_rows(text) if len(text) <= _CACHED_CHARS else _text_rows(text)
 
 
 @lru_cache(maxsize=1024)
