@@ -138,6 +138,9 @@ async def agent_loop() -> list[str]:
     await context.set_messages(history[:2])
     assert context.message_count == 2
     await context.clear()
+    async with ContextFold(max_tokens=4_000) as scoped:
+        assert_type(scoped, ContextFold)
+    await context.aclose()
     return seen
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Protocol
 
 from .errors import ConfigError
 
@@ -22,6 +22,12 @@ SUMMARY = "context:summary"  # a pass summarized turns (or its summarizer failed
 ALL_EVENTS = (BUDGET, COMPACTION, REPORT, INGRESS_TRUNCATED, CALIBRATION, REPAIRED, SUMMARY)
 
 EventCallback = Callable[[str, dict[str, Any]], Awaitable[Any] | Any]
+
+
+class Reportable(Protocol):
+    """What admission reports (an ingress clip, a repair): its event payload."""
+
+    def to_event(self) -> dict[str, Any]: ...
 
 
 class EventSink:
@@ -45,6 +51,15 @@ class EventSink:
         except Exception:
             # Invariant: observability never breaks a request.
             logger.warning("context-fold: handler for %s failed; ignored", event, exc_info=True)
+
+    async def emit_admission(
+        self, clips: Iterable[Reportable], repairs: Iterable[Reportable]
+    ) -> None:
+        """An admission's reports: each tool result cut to size, then each repaired fault."""
+        for clip in clips:
+            await self.emit(INGRESS_TRUNCATED, clip.to_event())
+        for repair in repairs:
+            await self.emit(REPAIRED, repair.to_event())
 
 
 def _check_callback(callback: Any) -> None:

@@ -27,9 +27,8 @@ from .context_search import ContextSearch
 from .context_state import ContextState
 from .conventions import SystemPromptFactory, normalize_retain_contents
 from .delivery import Delivery, meter_stats
-from .events import CALIBRATION, INGRESS_TRUNCATED, REPAIRED, EventCallback, EventSink
+from .events import CALIBRATION, EventCallback, EventSink
 from .history import History
-from .ingress import IngressClip
 from .measured import measured_request_view
 from .messages import Kind
 from .meter import MeterStats
@@ -172,7 +171,7 @@ class ContextFold:
             index = len(state.history.entries) - 1
             notes += (appended.entry, index, len(admission.clips), len(appended.repairs))
         if admission.clips or appended.repairs:  # nearly every admission has nothing to report
-            await self._emit_admission(admission.clips, appended.repairs)
+            await self._events.emit_admission(admission.clips, appended.repairs)
 
     async def set_messages(self, messages: Iterable[Mapping[str, Any]]) -> None:
         """Replace the history (session resume). All-or-nothing: on a bad message the
@@ -185,7 +184,7 @@ class ContextFold:
         fresh = self._new_history()
         clips = fresh.extend(messages)
         await self._replace(fresh)
-        await self._emit_admission(clips, fresh.repairs)
+        await self._events.emit_admission(clips, fresh.repairs)
 
     async def clear(self) -> None:
         """Forget every message (calibration and configuration stay)."""
@@ -199,12 +198,6 @@ class ContextFold:
                 await self._link.replace(history, reset)
             else:
                 reset()
-
-    async def _emit_admission(self, clips: list[IngressClip], repairs: list[Repair]) -> None:
-        for clip in clips:
-            await self._events.emit(INGRESS_TRUNCATED, clip.to_event())
-        for repair in repairs:
-            await self._events.emit(REPAIRED, repair.to_event())
 
     # -- the request path ----------------------------------------------------------------
 
@@ -347,12 +340,11 @@ class ContextFold:
 
     async def pin(self, recall_id: str) -> None:
         """Keep the message ``recall_id`` names (``"r41"``) in the view whole from the next
-        request on (brought back if compaction had taken it out; a tool result keeps its
-        call group). Pins yield only when the view without its notice cannot otherwise fit
-        the budget, before anything the request cannot go without. Saved with a durable
-        session; `set_messages` and `clear` drop pins made by id (a replaced history's
-        messages keep the ``metadata.pinned`` they were admitted with). Raises `RecallError`
-        (a ValueError) for an id history does not hold, or a message never sent."""
+        request on (brought back if compaction took it out; a tool result keeps its call
+        group). Pins yield only when the view without its notice cannot otherwise fit, before
+        anything the request cannot go without. Saved with a durable session; `set_messages`
+        and `clear` drop pins made by id (not ``metadata.pinned``). Raises `RecallError` (a
+        ValueError) for an id history does not hold, or a message never sent."""
         await self._change_pin(recall_id, True)
 
     async def unpin(self, recall_id: str) -> None:
@@ -374,10 +366,9 @@ class ContextFold:
                 await self._parts.persisted()
 
     async def _readable(self) -> None:
-        """Load a durable session on first use. History changes only in synchronous steps
-        (never across an await), so a read that needs no loading takes no lock: it sees
-        the history between two writes, and a summarizer reading the context while the
-        request that called it holds the lock does not wait for itself."""
+        """Load a durable session on first use. History changes only in synchronous steps,
+        so a read needing no load takes no lock: it sees history between two writes, and a
+        summarizer reading the context during its request's pass does not wait for itself."""
         if self._link is not None and not self._state.link_loaded:
             async with self._lock:
                 await self._parts.loaded()
@@ -403,6 +394,23 @@ class ContextFold:
             if self._link is not None and isinstance(self.counter, CalibratedCounter):
                 await self._link.save_calibration(self.counter.snapshot())
             await self._events.emit(CALIBRATION, update.to_event())
+
+    # -- closing ------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close the store this context opened from a URL (``store="sqlite:///..."``), after
+        any request in flight; a store object passed in stays open (its giver closes it).
+        A durable context is not used after this; a second call does nothing. Also
+        ``async with ContextFold(...) as context:``; Amplifier's cleanup calls it."""
+        if self._link is not None:
+            async with self._lock:
+                await self._link.close()
+
+    async def __aenter__(self) -> ContextFold:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     # -- introspection -------------------------------------------------------------------
 
@@ -462,11 +470,9 @@ class ContextFold:
     # -- internal readers for `contextfold replay` (no copies; the caller only reads) ------
 
     async def _request_view_shared(self, provider: Any | None = None) -> list[dict[str, Any]]:
-        """`get_messages_for_request` without the copies (a replay of a million messages
-        would spend half its time copying views it only reads). While no request replaces
-        it, the list may be the sticky view itself: later ``add_message`` calls append to it
-        in place, and nothing before its end changes; a request that re-plans the view
-        returns another list."""
+        """`get_messages_for_request` without the copies (a replay would spend half its time
+        copying views it only reads). The list may be the sticky view itself: later
+        ``add_message`` calls append to it in place until a request re-plans the view."""
         return await self._parts.serve(None, provider, False, (), share=True)
 
     async def _history_shared(self) -> list[dict[str, Any]]:

@@ -128,6 +128,8 @@ async def mount(
             except Exception:
                 logger.debug("context-fold: unregister failed", exc_info=True)
         unregister.clear()
+        # The store this mount opened from its ``store`` URL: released with the session.
+        await context.aclose()
 
     return cleanup
 

@@ -89,6 +89,7 @@ def session_link(store: object, session_id: object) -> SessionLink | None:
             "a store needs the session's id: ContextFold(store=..., session_id='...') (in "
             "Amplifier the kernel's session id is used)"
         )
+    owned = isinstance(store, str)
     try:
         check_session_id(session_id)
         if isinstance(store, str):
@@ -100,19 +101,27 @@ def session_link(store: object, session_id: object) -> SessionLink | None:
             f"store must be a store URL (sqlite:///agent.db, postgresql://...) or a "
             f"SessionStore object, got {type(store).__name__} {store!r:.60}"
         )
-    return SessionLink(store, session_id)
+    return SessionLink(store, session_id, owned=owned)
 
 
 class SessionLink:
     """One session of one store, and the sequence number this context last saw."""
 
-    def __init__(self, store: SessionStore, session_id: str) -> None:
+    def __init__(self, store: SessionStore, session_id: str, *, owned: bool = False) -> None:
         self.store = store
         self.session_id = session_id
+        # Opened here from a URL, so closed here; a store object given is its giver's to close.
+        self.owned = owned
         self.seq = 0
         self.cost_counter: str | None = None  # set by load, from the context's counter
         self.digest: str | None = None  # of the history up to seq, as the store holds it
         self._opened = False
+
+    async def close(self) -> None:
+        """Close the store when this link opened it from a URL (once; later calls do nothing)."""
+        if self.owned:
+            self.owned = False
+            await self.store.close()
 
     async def load(self, counter: TokenCounter, max_tool_result_bytes: int) -> Loaded:
         if not self._opened:

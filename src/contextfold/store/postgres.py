@@ -187,7 +187,7 @@ class PostgresStore:
         return self._pool.connection()
 
     async def _ready(self) -> None:
-        if not self._opened:
+        if self._closed or not self._opened:  # open() says a closed store was closed
             await self.open()
 
     # -- sessions ------------------------------------------------------------------------
