@@ -41,6 +41,7 @@ from adapter_support import page as page_text
 from contextfold import ContextFold
 from contextfold.integrations.langchain import ContextFoldMiddleware, from_view, to_messages
 from contextfold.mirror import Mirror
+from contextfold.store import StoreError
 
 
 class ScriptedChatModel(BaseChatModel):
@@ -272,3 +273,41 @@ async def test_a_shortened_result_keeps_its_call_id_name_and_artifact() -> None:
 def test_new_context_and_settings_together_are_refused() -> None:
     with pytest.raises(TypeError, match="either new_context or ContextFold settings"):
         ContextFoldMiddleware(lambda thread: ContextFold(), max_tokens=WINDOW)
+
+
+async def test_only_the_most_recent_threads_stay_live_and_one_let_go_resumes(
+    tmp_path: Any,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    made: list[tuple[str, ContextFold]] = []
+
+    def new_context(thread: str) -> ContextFold:
+        made.append((thread, ContextFold(max_tokens=WINDOW, store=url, session_id=thread)))
+        return made[-1][1]
+
+    fold = ContextFoldMiddleware(new_context, max_threads=2)
+    agent = agent_with(ScriptedChatModel(), [fold])
+    for thread in ("a", "b", "c"):
+        await agent.ainvoke({"messages": [HumanMessage(prompt(0, 3))]}, config(thread))
+    # Thread "a" was let go when "c" came: its context closed its store.
+    assert [thread for thread, _ in made] == ["a", "b", "c"]
+    with pytest.raises(StoreError, match="was closed"):
+        await made[0][1].add_message({"role": "user", "content": "late"})
+
+    # Its next call makes it again, from the stored session and the graph's messages.
+    state = await agent.ainvoke({"messages": [HumanMessage(prompt(4, 7))]}, config("a"))
+    assert [thread for thread, _ in made] == ["a", "b", "c", "a"]
+    again = await fold.context("a").get_messages()
+    # Every message of the thread up to the last model call (the answer to that call is
+    # admitted at the next one).
+    graph = convert_to_openai_messages(state["messages"])[:-1]
+    assert [(m["role"], m.get("content")) for m in again] == [
+        (m["role"], m.get("content")) for m in graph
+    ]
+    assert state["messages"][-1].content == "done"
+
+
+def test_the_number_of_threads_kept_must_be_positive() -> None:
+    for bad in (0, -1, 2.5, "10"):
+        with pytest.raises(ValueError, match="positive integer"):
+            ContextFoldMiddleware(max_threads=bad, max_tokens=WINDOW)

@@ -42,6 +42,7 @@ from adapter_support import page as page_text
 from contextfold import ContextFold
 from contextfold.integrations.pydantic_ai import ContextFoldCapability, from_view, to_messages
 from contextfold.mirror import Mirror
+from contextfold.store import StoreError
 from contextfold.views import strip_metadata
 
 NO_LIMIT = UsageLimits(request_limit=None)
@@ -236,3 +237,37 @@ def test_the_capability_is_left_out_of_a_serialised_spec() -> None:
         json.dumps(ContextFoldCapability.with_settings(max_tokens=5).settings)
         == '{"max_tokens": 5}'
     )
+
+
+async def test_only_the_most_recent_conversations_stay_live_and_one_let_go_resumes(
+    tmp_path: Any,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'conversations.db'}"
+    made: list[tuple[str, ContextFold]] = []
+
+    def new_context(conversation: str) -> ContextFold:
+        context = ContextFold(max_tokens=WINDOW, store=url, session_id=conversation)
+        made.append((conversation, context))
+        return context
+
+    agent = agent_for(Scripted(), ContextFoldCapability(new_context, max_conversations=2))
+    runs = [await agent.run(prompt(0, 3), usage_limits=NO_LIMIT) for _ in range(3)]
+    assert [c for c, _ in made] == [run.conversation_id for run in runs]
+    # The first conversation was let go when the third came: its context closed its store.
+    with pytest.raises(StoreError, match="was closed"):
+        await made[0][1].add_message({"role": "user", "content": "late"})
+
+    # Continued, it is made again and picks up its stored session and the run's messages.
+    again = await agent.run(
+        prompt(4, 7), message_history=runs[0].all_messages(), usage_limits=NO_LIMIT
+    )
+    assert again.conversation_id == runs[0].conversation_id == made[-1][0]
+    assert len(made) == 4 and again.output == "done"
+    stored = await made[-1][1].get_messages()
+    assert len(stored) == len(sent_form(again.all_messages())) - 1  # less the final answer
+
+
+def test_the_number_of_conversations_kept_must_be_positive() -> None:
+    for bad in (0, -3, 1.5):
+        with pytest.raises(ValueError, match="positive integer"):
+            ContextFoldCapability(max_conversations=bad)

@@ -181,6 +181,53 @@ class Mirror:
         return self._admitted.get(tuple(ref)) if type(ref) is list else None
 
 
+# How many conversations an adapter keeps live by default: enough for a busy server's active
+# threads, bounded so a long-running one does not keep every thread it ever saw.
+DEFAULT_MAX_CONVERSATIONS = 1_000
+
+
+class Conversations:
+    """The mirrors of an adapter's conversations (LangGraph threads, pydantic-ai conversation
+    ids), the ``limit`` most recently used kept. A conversation let go loses nothing: the
+    framework holds its messages (and a durable context its store), so its next call makes
+    its context again with ``new_context(key)`` and the mirror admits the framework's list
+    (or resumes the stored session). Its context is closed (`ContextFold.aclose`)."""
+
+    def __init__(
+        self, new_context: Callable[[str], ContextFold], convert: Convert, limit: int
+    ) -> None:
+        if type(limit) is not int or limit < 1:
+            raise ValueError(
+                f"the number of conversations kept must be a positive integer, got {limit!r}"
+            )
+        self._new_context = new_context
+        self._convert = convert
+        self.limit = limit
+        self._mirrors: dict[str, Mirror] = {}  # least recently used first
+        self._let_go: list[ContextFold] = []
+
+    def __len__(self) -> int:
+        return len(self._mirrors)
+
+    def get(self, key: str) -> Mirror:
+        """The mirror of ``key``, made on first use; the least recently used beyond the limit
+        are let go (closed at the next `close_let_go`)."""
+        mirrors = self._mirrors
+        mirror = mirrors.pop(key, None)
+        if mirror is None:
+            mirror = Mirror(self._new_context(key), self._convert)
+        mirrors[key] = mirror
+        while len(mirrors) > self.limit:
+            oldest = next(iter(mirrors))
+            self._let_go.append(mirrors.pop(oldest).context)
+        return mirror
+
+    async def close_let_go(self) -> None:
+        """Close the contexts of the conversations let go (after any request in flight)."""
+        while self._let_go:
+            await self._let_go.pop().aclose()
+
+
 # The mirror each context follows a plain client's list with, per message shape: the context
 # object is the session, so the mirror lives exactly as long as it does.
 _MIRRORS: weakref.WeakKeyDictionary[Any, dict[str, Mirror]] = weakref.WeakKeyDictionary()

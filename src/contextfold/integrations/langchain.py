@@ -39,7 +39,15 @@ except ImportError as error:  # the extra is not installed
     ) from error
 
 from ..manager import ContextFold
-from ..mirror import REF, Mirror, owned, run_sync, tool_arguments
+from ..mirror import (
+    DEFAULT_MAX_CONVERSATIONS,
+    REF,
+    Conversations,
+    Mirror,
+    owned,
+    run_sync,
+    tool_arguments,
+)
 from ..views import detached
 
 _ROLES = {"human": "user", "ai": "assistant", "tool": "tool", "system": "system"}
@@ -107,33 +115,34 @@ def _made(message: Mapping[str, Any]) -> AIMessage | HumanMessage | SystemMessag
 class ContextFoldMiddleware(AgentMiddleware):
     """Fits each model call of a `create_agent` agent (see the module).
 
-    ``ContextFoldMiddleware(new_context=None, **settings)``: ``new_context(thread_id)`` makes
-    the `ContextFold` of a thread; by default ``ContextFold(**settings)`` (``max_tokens``: the
-    input budget of the model's window).
+    ``ContextFoldMiddleware(new_context=None, *, max_threads=1000, **settings)``:
+    ``new_context(thread_id)`` makes the `ContextFold` of a thread; by default
+    ``ContextFold(**settings)`` (``max_tokens``: the input budget of the model's window). The
+    ``max_threads`` most recently used threads are kept; one let go is made again from its
+    messages on its next call (see `contextfold.mirror.Conversations`).
     """
 
     def __init__(
-        self, new_context: Callable[[str], ContextFold] | None = None, **settings: Any
+        self,
+        new_context: Callable[[str], ContextFold] | None = None,
+        *,
+        max_threads: int = DEFAULT_MAX_CONVERSATIONS,
+        **settings: Any,
     ) -> None:
         super().__init__()
         if new_context is not None and settings:
             raise TypeError("pass either new_context or ContextFold settings, not both")
-        self._new_context = new_context or (lambda _thread: ContextFold(**settings))
-        self._mirrors: dict[str, Mirror] = {}
+        make = new_context or (lambda _thread: ContextFold(**settings))
+        self._threads = Conversations(make, to_messages, max_threads)
         self._tools_cost: tuple[list[Any], int] | None = None
 
     def context(self, thread_id: str = "default") -> ContextFold:
         """The `ContextFold` of ``thread_id`` (made on first use)."""
-        return self._mirror(thread_id).context
-
-    def _mirror(self, thread_id: str) -> Mirror:
-        mirror = self._mirrors.get(thread_id)
-        if mirror is None:
-            mirror = self._mirrors[thread_id] = Mirror(self._new_context(thread_id), to_messages)
-        return mirror
+        return self._threads.get(thread_id).context
 
     async def _fitted(self, request: ModelRequest) -> tuple[Mirror, ModelRequest]:
-        mirror = self._mirror(_thread_id())
+        mirror = self._threads.get(_thread_id())
+        await self._threads.close_let_go()
         fixed = self._fixed(mirror, request)
         view = await mirror.view(request.messages, fixed_tokens=fixed, model=_name(request.model))
         return mirror, request.override(messages=from_view(view, mirror))

@@ -54,7 +54,7 @@ except ImportError as error:  # the extra is not installed
     ) from error
 
 from ..manager import ContextFold
-from ..mirror import REF, Mirror, owned
+from ..mirror import DEFAULT_MAX_CONVERSATIONS, REF, Conversations, Mirror, owned
 
 _OPAQUE = "pydantic_ai_part"
 
@@ -246,12 +246,23 @@ class ContextFoldCapability(AbstractCapability[Any]):
 
     ``ContextFoldCapability(new_context=None, settings=None)``, or with the settings as
     keywords through `ContextFoldCapability.with_settings`: ``new_context(conversation_id)``
-    makes a conversation's `ContextFold`, by default ``ContextFold(**settings)``.
+    makes a conversation's `ContextFold`, by default ``ContextFold(**settings)``. The
+    ``max_conversations`` most recently used are kept; one let go is made again from its
+    messages on its next request (see `contextfold.mirror.Conversations`).
     """
 
     new_context: Callable[[str], ContextFold] | None = None
     settings: Mapping[str, Any] | None = None
-    _mirrors: dict[str, Mirror] = dataclasses.field(default_factory=dict, repr=False)
+    max_conversations: int = DEFAULT_MAX_CONVERSATIONS
+    _conversations: Conversations = dataclasses.field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._conversations = Conversations(self._make_context, to_messages, self.max_conversations)
+
+    def _make_context(self, key: str) -> ContextFold:
+        if self.new_context is not None:
+            return self.new_context(key)
+        return ContextFold(**dict(self.settings or {}))
 
     @classmethod
     def with_settings(cls, **settings: Any) -> ContextFoldCapability:
@@ -263,15 +274,7 @@ class ContextFoldCapability(AbstractCapability[Any]):
         return self._mirror(conversation_id).context
 
     def _mirror(self, conversation_id: str | None) -> Mirror:
-        key = conversation_id or "default"
-        mirror = self._mirrors.get(key)
-        if mirror is None:
-            if self.new_context is not None:
-                context = self.new_context(key)
-            else:
-                context = ContextFold(**dict(self.settings or {}))
-            mirror = self._mirrors[key] = Mirror(context, to_messages)
-        return mirror
+        return self._conversations.get(conversation_id or "default")
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -281,6 +284,7 @@ class ContextFoldCapability(AbstractCapability[Any]):
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
         mirror = self._mirror(ctx.conversation_id)
+        await self._conversations.close_let_go()
         parameters = request_context.model_request_parameters
         instructions = "\n\n".join(p.content for p in parameters.instruction_parts or ())
         system = [{"role": "system", "content": instructions}] if instructions else []
