@@ -71,6 +71,31 @@ async def test_a_resume_delivers_the_next_view_the_last_process_would_have(tmp_p
     assert counter.messages_counted < 5  # a notice or stand-in at most, never the history
 
 
+async def test_a_resume_keeps_the_ratio_of_the_model_last_heard_from(tmp_path: Path) -> None:
+    # The provider bills 1.5x what the counter counts. Requests that name no model use the
+    # ratio of the model heard from last, and so must a resumed process's first request:
+    # with the prior (1.0) it would send a view a third too big for the window.
+    store = url(tmp_path)
+    first = ContextFold(store=store, session_id="s1", token_counter="calibrated")
+    await first.set_messages([SYSTEM, human("Look up every topic.")])
+    for n in range(12):
+        for message in tool_round(n, result_chars=1_500):
+            await first.add_message(message)
+        await first.get_messages_for_request(token_budget=BUDGET)
+        report = first.last_report
+        billed = round(report.tokens_after / report.ratio * 1.5)
+        await first.on_llm_response({"usage": {"input_tokens": billed}, "model": "model-x"})
+    learned = first.counter.ratio("model-x")
+    assert learned > 1.3 and first.counter.ratio(None) == learned
+    for message in tool_round(12, result_chars=1_500):
+        await first.add_message(message)
+
+    resumed = ContextFold(store=store, session_id="s1", token_counter="calibrated")
+    view = await resumed.get_messages_for_request(token_budget=BUDGET)
+    assert resumed.counter.ratio(None) == learned
+    assert view == await first.get_messages_for_request(token_budget=BUDGET)
+
+
 async def test_two_workers_on_one_session_never_interleave(tmp_path: Path) -> None:
     store = url(tmp_path)
     a = ContextFold(store=store, session_id="shared", token_counter="heuristic")

@@ -464,12 +464,14 @@ class CalibratedCounter:
 
     def snapshot(self) -> dict[str, dict[str, Any]]:
         """Ratios with their sample counts and fixed parts, for reports and durable sessions:
-        ``{model: {ratio, samples, fixed}}``."""
+        ``{model: {ratio, samples, fixed}}``, the model observed last marked ``last: true``
+        (a request that names no model uses its ratio, after a resume too)."""
         return {
             UNKNOWN_MODEL_KEY if model is None else model: {
                 "ratio": math.exp(state.log_ratio),
                 "samples": state.samples,
                 "fixed": state.fixed,
+                **({"last": True} if model is not None and model == self._last_model else {}),
                 # An unconfirmed correction stays one on resume (rule 7).
                 **(
                     {"suspect": [math.exp(state.suspect[0]), state.suspect[1]]}
@@ -500,6 +502,8 @@ class CalibratedCounter:
                 fixed=max(0, fixed),
                 suspect=self._restored_suspect(value.get("suspect")),
             )
+            if value.get("last") is True and model is not None:
+                self._last_model = model
 
     def _restored_suspect(self, value: Any) -> tuple[float, int] | None:
         """A snapshot's ``suspect`` calibration ([ratio, fixed]); None if absent or odd."""
