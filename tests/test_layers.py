@@ -35,6 +35,7 @@ LAYERS: dict[str, int] = {
     "cache_marks": 2,
     "admission": 3,
     "repair": 3,
+    "request_forms": 3,
     "history": 4,
     "store": 4,
     "summaries": 4,

@@ -19,17 +19,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..conventions import SYSTEM_ROLES
-from ..messages import content_text
 from ..mirror import Mirror, mirror_for
-from ..views import strip_metadata
+from ..request_forms import AnthropicSystem, anthropic_messages
 
 if TYPE_CHECKING:
     from ..manager import ContextFold
 
 SHAPE = "anthropic"
 
-System = str | list[dict[str, Any]] | None
+System = AnthropicSystem
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,30 +54,7 @@ def to_messages(messages: Sequence[Any], start: int = 0) -> list[dict[str, Any]]
 def from_view(view: Sequence[Mapping[str, Any]], system: System = None) -> AnthropicView:
     """A view as a Messages API request: metadata left out, system-role text joined to
     ``system``."""
-    extra: list[str] = []
-    messages: list[dict[str, Any]] = []
-    for message in strip_metadata(view):
-        if message.get("role") in SYSTEM_ROLES:
-            extra.append(content_text(message.get("content"), "\n"))
-        else:
-            messages.append(message)
-    return AnthropicView(_joined(system, [text for text in extra if text]), messages)
-
-
-def _joined(system: System, extra: list[str]) -> System:
-    if not extra:
-        return _copied(system)
-    if system is None or system == "":
-        return "\n\n".join(extra)
-    if isinstance(system, str):
-        return "\n\n".join([system, *extra])
-    return [dict(block) for block in system] + [{"type": "text", "text": text} for text in extra]
-
-
-def _copied(system: System) -> System:
-    if isinstance(system, list):
-        return [dict(block) for block in system]
-    return system
+    return AnthropicView(*anthropic_messages(view, system))
 
 
 def _system_message(system: System) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..mirror import Mirror, mirror_for
-from ..views import strip_metadata
+from ..request_forms import openai_chat_messages
 
 if TYPE_CHECKING:
     from ..manager import ContextFold
@@ -32,11 +32,7 @@ def to_messages(messages: Sequence[Mapping[str, Any]], start: int = 0) -> list[d
 def from_view(view: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """A view as Chat Completions messages: contextfold's metadata left out, and a turn of
     calls alone with ``content: None`` as OpenAI's own messages carry it."""
-    messages = strip_metadata(view)
-    for message in messages:
-        if message.get("tool_calls") and message.get("content") == "":
-            message["content"] = None
-    return messages
+    return openai_chat_messages(view)
 
 
 def _mirror(context: ContextFold) -> Mirror:

@@ -21,8 +21,9 @@ import hashlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeAlias, TypeVar, runtime_checkable
 
+from contextfold.request_forms import AnthropicSystem, anthropic_messages, openai_chat_messages
 from contextfold.summaries.digest import digest_transcript
 from contextfold.summaries.records import ill_formed_at
 from contextfold.summaries.transcript import aligned_span, render_transcript
@@ -196,6 +197,16 @@ def _failed(reason: FailureReason, detail: str, name: str) -> SummaryFailure:
     return SummaryFailure(reason=reason, detail=detail, summarizer=name)
 
 
+# What an SDK summarizer's cache-aligned requests carry beside the messages, as the
+# conversation's own requests do: the value, or a function giving the current one.
+_T = TypeVar("_T")
+Given: TypeAlias = _T | Callable[[], _T]
+
+
+def _current(given: Any) -> Any:
+    return given() if callable(given) else given
+
+
 def _prompt(prompt: SummaryPrompt | str) -> SummaryPrompt:
     return prompt if isinstance(prompt, SummaryPrompt) else SummaryPrompt.custom(prompt)
 
@@ -204,7 +215,13 @@ def _prompt(prompt: SummaryPrompt | str) -> SummaryPrompt:
 
 
 class OpenAISummarizer:
-    """Summaries from an ``openai.AsyncOpenAI`` client's Chat Completions API."""
+    """Summaries from an ``openai.AsyncOpenAI`` client's Chat Completions API.
+
+    With ``aligned=True`` it takes cache-aligned requests (`contextfold.summaries.aligned`):
+    the conversation's messages as last sent (in the form `contextfold.formats.openai_chat`
+    sends them), with ``tools``, then the instruction, so OpenAI's prompt cache serves the
+    prefix. Use it when the summary is asked of the conversation's own model.
+    """
 
     def __init__(
         self,
@@ -213,6 +230,8 @@ class OpenAISummarizer:
         prompt: SummaryPrompt | str = DEFAULT_SUMMARY_PROMPT,
         *,
         limit_parameter: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens",
+        aligned: bool = False,
+        tools: Given[Sequence[Mapping[str, Any]]] = (),
     ) -> None:
         if limit_parameter not in ("max_completion_tokens", "max_tokens"):
             raise ValueError(
@@ -224,15 +243,23 @@ class OpenAISummarizer:
         self.prompt = _prompt(prompt)
         self.limit_parameter = limit_parameter
         self.name = f"openai:{model}"
+        self.aligned_requests = _aligned(aligned)
+        self.tools = tools
 
     async def __call__(self, messages: list[dict[str, Any]], max_tokens: int) -> str:
-        response = await self.client.chat.completions.create(
-            model=self.model,
-            messages=[
+        options: dict[str, Any] = {self.limit_parameter: max_tokens}
+        if aligned_span(messages) is not None:
+            sent = openai_chat_messages(messages)
+            tools = list(_current(self.tools))
+            if tools:
+                options["tools"] = tools
+        else:
+            sent = [
                 {"role": "system", "content": self.prompt.text},
                 {"role": "user", "content": render_transcript(messages)},
-            ],
-            **{self.limit_parameter: max_tokens},
+            ]
+        response = await self.client.chat.completions.create(
+            model=self.model, messages=sent, **options
         )
         choice = response.choices[0]
         if choice.finish_reason == "length":
@@ -244,26 +271,57 @@ class OpenAISummarizer:
 
 
 class AnthropicSummarizer:
-    """Summaries from an ``anthropic.AsyncAnthropic`` client's Messages API."""
+    """Summaries from an ``anthropic.AsyncAnthropic`` client's Messages API.
+
+    With ``aligned=True`` it takes cache-aligned requests (`contextfold.summaries.aligned`):
+    the conversation as last sent (as `contextfold.formats.anthropic` sends it: ``system``,
+    ``tools``, the messages with their ``cache_control`` breakpoints), then the instruction,
+    so the prompt cache serves the prefix. Use it when the summary is asked of the
+    conversation's own model, and give the ``system`` and ``tools`` its requests carry.
+    """
 
     def __init__(
-        self, client: Any, model: str, prompt: SummaryPrompt | str = DEFAULT_SUMMARY_PROMPT
+        self,
+        client: Any,
+        model: str,
+        prompt: SummaryPrompt | str = DEFAULT_SUMMARY_PROMPT,
+        *,
+        aligned: bool = False,
+        system: Given[AnthropicSystem] = None,
+        tools: Given[Sequence[Mapping[str, Any]]] = (),
     ) -> None:
         self.client = client
         self.model = model
         self.prompt = _prompt(prompt)
         self.name = f"anthropic:{model}"
+        self.aligned_requests = _aligned(aligned)
+        self.system = system
+        self.tools = tools
 
     async def __call__(self, messages: list[dict[str, Any]], max_tokens: int) -> str:
+        options: dict[str, Any] = {}
+        if aligned_span(messages) is not None:
+            system, sent = anthropic_messages(messages, _current(self.system))
+            if system is not None:
+                options["system"] = system
+            tools = list(_current(self.tools))
+            if tools:
+                options["tools"] = tools
+        else:
+            options["system"] = self.prompt.text
+            sent = [{"role": "user", "content": render_transcript(messages)}]
         response = await self.client.messages.create(
-            model=self.model,
-            max_tokens=max_tokens,
-            system=self.prompt.text,
-            messages=[{"role": "user", "content": render_transcript(messages)}],
+            model=self.model, max_tokens=max_tokens, messages=sent, **options
         )
         if response.stop_reason == "max_tokens":
             raise AnswerCutOff(f"stop_reason 'max_tokens' at {max_tokens} tokens")
         return "".join(block.text for block in response.content if block.type == "text")
+
+
+def _aligned(aligned: object) -> bool:
+    if not isinstance(aligned, bool):
+        raise TypeError(f"aligned must be True or False, got {aligned!r}")
+    return aligned
 
 
 class AmplifierSummarizer:
@@ -346,16 +404,30 @@ def openai_summarizer(
     prompt: SummaryPrompt | str = DEFAULT_SUMMARY_PROMPT,
     *,
     limit_parameter: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens",
+    aligned: bool = False,
+    tools: Given[Sequence[Mapping[str, Any]]] = (),
 ) -> OpenAISummarizer:
-    """A summarizer over ``client.chat.completions.create`` (an ``openai.AsyncOpenAI``)."""
-    return OpenAISummarizer(client, model, prompt, limit_parameter=limit_parameter)
+    """A summarizer over ``client.chat.completions.create`` (an ``openai.AsyncOpenAI``).
+    ``aligned=True``: cache-aligned requests, carrying ``tools`` (or ``tools()``), the tool
+    schemas the conversation's requests carry (see `OpenAISummarizer`)."""
+    return OpenAISummarizer(
+        client, model, prompt, limit_parameter=limit_parameter, aligned=aligned, tools=tools
+    )
 
 
 def anthropic_summarizer(
-    client: Any, model: str, prompt: SummaryPrompt | str = DEFAULT_SUMMARY_PROMPT
+    client: Any,
+    model: str,
+    prompt: SummaryPrompt | str = DEFAULT_SUMMARY_PROMPT,
+    *,
+    aligned: bool = False,
+    system: Given[AnthropicSystem] = None,
+    tools: Given[Sequence[Mapping[str, Any]]] = (),
 ) -> AnthropicSummarizer:
-    """A summarizer over ``client.messages.create`` (an ``anthropic.AsyncAnthropic``)."""
-    return AnthropicSummarizer(client, model, prompt)
+    """A summarizer over ``client.messages.create`` (an ``anthropic.AsyncAnthropic``).
+    ``aligned=True``: cache-aligned requests, carrying the conversation's ``system`` and
+    ``tools`` (values, or functions giving them; see `AnthropicSummarizer`)."""
+    return AnthropicSummarizer(client, model, prompt, aligned=aligned, system=system, tools=tools)
 
 
 def amplifier_summarizer(
