@@ -360,3 +360,32 @@ async def test_a_pass_that_only_gives_the_ledgers_room_back_is_delivered() -> No
             assert context.last_report.tokens_after <= 600
         await context.add_message(message)
     assert len(sizes) == 4 and max(sizes) <= 600, sizes
+
+
+async def test_a_result_larger_than_the_window_leaves_the_ledger_a_page_naming_what_went() -> None:
+    """The newest result must be shortened to fit anyway: it gives way a little further so
+    the view keeps a ledger page, and nothing taken out is lost silently, at this request
+    and at the next ones (which wait for the budget before another pass)."""
+    budget = 6_000
+    context, views = await run(24, budget)
+    assert pages_of(views[-1])
+    big = " ".join(f"row {k} status ok" for k in range(6_000))  # far over the window alone
+    await context.add_message(
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "call_big", "tool": "export_rows", "arguments": {}}],
+        }
+    )
+    await context.add_message({"role": "tool", "tool_call_id": "call_big", "content": big})
+    view = await context.get_messages_for_request(token_budget=budget)
+    report = context.last_report
+    assert report is not None and "newest_results_shortened" in report.relaxed
+    for follow_up in ("Exported the rows.", "Anything else?"):
+        assert report.tokens_after <= budget
+        assert pages_of(view), "the ledger keeps a page while the result fills the window"
+        assert silently_lost(await context.get_messages(), view) == []
+        await context.add_message({"role": "assistant", "content": follow_up})
+        view = await context.get_messages_for_request(token_budget=budget)
+        report = context.last_report
+        assert report is not None
