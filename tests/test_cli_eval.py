@@ -132,6 +132,15 @@ def test_eval_of_a_file_under_chosen_policies_and_a_config_file(
     assert data["corpora"][0]["name"] == "files"
     assert "contextfold, late-compaction" in printed
     assert data["inputs"][0]["format"] == "json"
+    # Beside the raw totals, the same measures on the requests every policy answered.
+    assert "answered by all" in printed
+    for totals in data["totals"]:
+        assert totals["answered_requests"] == totals["requests"] - max(
+            t["refusals"] for t in data["totals"]
+        )
+        assert 0 < totals["answered_tokens_sent"] <= totals["tokens_sent"]
+        for name in ("anthropic", "openai"):
+            assert 0 < totals[f"answered_cost_{name}_usd"] <= totals[f"cost_{name}_usd"]
 
 
 def write(path: Path, text: str) -> Path:

@@ -30,6 +30,7 @@ from contextfold.evaluation.fold_policy import (
     hit_indices,
     is_own_message,
 )
+from contextfold.evaluation.runner import Run, answered_by_all
 from contextfold.evaluation.scoring import TextCache, score_fact, search_query
 from contextfold.tokens import ExactCounter
 
@@ -361,3 +362,95 @@ def test_evaluate_inside_a_running_loop_has_an_async_twin() -> None:
         evaluate_async([conv], [NaiveDropOldest()], EvalSettings(windows=(50_000,)))
     )
     assert report.totals[0].requests == 5  # 4 assistant messages after the first, and the end
+
+
+@dataclass(frozen=True)
+class ScriptedOther(Scripted):
+    key: ClassVar[str] = "other"
+    label: ClassVar[str] = "other"
+
+
+def test_tokens_and_cost_on_the_requests_every_policy_answered_leave_out_any_refused() -> None:
+    a, b, c = msg("system", "S " * 100), msg("user", "U " * 50), msg("assistant", "A " * 30)
+    messages = [
+        b,
+        {"role": "assistant", "content": "1"},
+        {"role": "assistant", "content": "2"},
+        {"role": "assistant", "content": "3"},
+    ]
+    # "scripted" refuses the third request; "other" answers every one, with more.
+    refusing = Scripted([[a, b], [a, b, c], None, [a, b]])
+    answering = ScriptedOther([[a, b, c], [a, b, c], [a, b, c], [a, b, c]])
+    report = evaluate(
+        [EvalConversation("x", "t", messages)],
+        [refusing, answering],
+        EvalSettings(windows=(100_000,)),
+    )
+    runs = {run.policy: run for run in report.runs}
+    totals = {t.policy: t for t in report.totals}
+    common = (0, 1, 3)  # the requests both answered
+    for key in ("scripted", "other"):
+        requests = runs[key].requests
+        assert totals[key].answered_requests == len(common)
+        assert totals[key].answered_tokens == sum(requests[i].tokens for i in common)
+        for position in range(len(requests[0].costs)):
+            assert totals[key].answered_costs[position] == pytest.approx(
+                sum(requests[i].costs[position] for i in common)
+            )
+    # The raw totals keep every answered request: "other" sent a fourth view.
+    assert totals["other"].tokens_sent == sum(r.tokens for r in runs["other"].requests)
+    assert totals["other"].tokens_sent > totals["other"].answered_tokens
+    assert totals["scripted"].tokens_sent == totals["scripted"].answered_tokens
+    # One policy alone: every request it answered is answered by all.
+    alone = evaluate(
+        [EvalConversation("x", "t", messages)], [refusing], EvalSettings(windows=(100_000,))
+    ).totals[0]
+    assert (alone.answered_requests, alone.answered_tokens) == (3, alone.tokens_sent)
+
+
+def test_answered_flags_must_match_the_requests_of_a_run() -> None:
+    report = evaluate(
+        [EvalConversation("x", "t", [msg("user", "hi"), msg("assistant", "ok")])],
+        [Scripted([[msg("user", "hi")], [msg("user", "hi")]])],
+        EvalSettings(windows=(1_000,)),
+    )
+    totals, run = report.totals[0], report.runs[0]
+    before = (totals.answered_requests, totals.answered_tokens)
+    with pytest.raises(ValueError, match="one per request"):
+        totals.add_answered(run, [True])
+    assert (totals.answered_requests, totals.answered_tokens) == before
+    assert answered_by_all([]) == []
+    shorter = Run("t", "x", "other", 1_000, False, run.requests[:1])
+    with pytest.raises(ValueError, match="different numbers of requests"):
+        answered_by_all([run, shorter])
+
+
+def test_naive_refuses_what_contextfold_answers_and_the_comparison_leaves_those_out() -> None:
+    # One tool result larger than the window: naive drop-oldest cannot send its call group
+    # and refuses; contextfold shortens the newest result and answers.
+    big = " ".join(f"row-{n} value {n * 7}" for n in range(2_000))
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "List the rows."},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "rows", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": big},
+        {"role": "assistant", "content": "Done."},
+        {"role": "user", "content": "Thanks."},
+        {"role": "assistant", "content": "You're welcome."},
+    ]
+    report = evaluate(
+        [EvalConversation("x", "t", messages)],
+        [NaiveDropOldest(), ContextFoldPolicy()],
+        EvalSettings(windows=(2_000,)),
+    )
+    totals = {t.policy: t for t in report.totals}
+    naive, fold = totals["naive"], totals["contextfold"]
+    assert naive.refused > 0 and fold.refused == 0
+    assert naive.answered_requests == fold.answered_requests == naive.requests - naive.refused
+    assert naive.answered_tokens == naive.tokens_sent
+    assert fold.answered_tokens < fold.tokens_sent

@@ -360,3 +360,61 @@ async def test_a_pass_that_only_gives_the_ledgers_room_back_is_delivered() -> No
             assert context.last_report.tokens_after <= 600
         await context.add_message(message)
     assert len(sizes) == 4 and max(sizes) <= 600, sizes
+
+
+async def test_a_result_larger_than_the_window_leaves_the_ledger_a_page_naming_what_went() -> None:
+    """The newest result must be shortened to fit anyway: it gives way a little further so
+    the view keeps a ledger page, and nothing taken out is lost silently, at this request
+    and at the next ones (which wait for the budget before another pass)."""
+    budget = 6_000
+    context, views = await run(24, budget)
+    assert pages_of(views[-1])
+    big = " ".join(f"row {k} status ok" for k in range(6_000))  # far over the window alone
+    await context.add_message(
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "call_big", "tool": "export_rows", "arguments": {}}],
+        }
+    )
+    await context.add_message({"role": "tool", "tool_call_id": "call_big", "content": big})
+    view = await context.get_messages_for_request(token_budget=budget)
+    report = context.last_report
+    assert report is not None and "newest_results_shortened" in report.relaxed
+    for follow_up in ("Exported the rows.", "Anything else?"):
+        assert report.tokens_after <= budget
+        assert pages_of(view), "the ledger keeps a page while the result fills the window"
+        assert silently_lost(await context.get_messages(), view) == []
+        await context.add_message({"role": "assistant", "content": follow_up})
+        view = await context.get_messages_for_request(token_budget=budget)
+        report = context.last_report
+        assert report is not None
+
+
+def test_a_page_too_small_for_every_tasks_line_still_names_every_message_taken_out() -> None:
+    """Naming a message costs its id: where its task's line (a piece of the prompt) does
+    not fit, the id goes on the page's last line, under no task."""
+    from contextfold.history import History
+    from contextfold.ledger import EMPTY, OTHER_TASKS_LINE, LedgerEntry, repacked
+    from contextfold.tokens import HeuristicCounter
+
+    counter = HeuristicCounter()
+    history = History(counter, 100_000)
+    entries: list[LedgerEntry] = []
+    for task in range(12):
+        prompt = f"Task {task}: " + "please look into the matter described here " * 4
+        history.append(history.prepare({"role": "user", "content": prompt}))
+        for k in range(3):
+            history.append(history.prepare({"role": "assistant", "content": f"step {k}"}))
+            # Look-alikes nothing points to (below the listing score): named, not listed.
+            entries.append(LedgerEntry(f"REF-{task:02d}-{k}", len(history) - 1, task * 4, 1))
+    page = repacked(EMPTY, history, entries, 240, "user", counter)
+    text = page.pages[0]["content"]
+    assert page.cost <= 240 and OTHER_TASKS_LINE in text
+    sources = {entry.source for entry in entries}
+    assert page.named == sources
+    named = {int(n) for n in WRITTEN_ID.findall(ID_RANGE.sub(" ", text))}
+    assert sources <= named
+    # A room too small for every id still names what fits, and never more than the room.
+    small = repacked(EMPTY, history, entries, 40, "user", counter)
+    assert small.cost <= 40 and small.named < sources

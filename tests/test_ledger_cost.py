@@ -117,6 +117,9 @@ def straightforward_chosen(
         if entry.source not in already and entry.source not in name_cost:
             name_cost[entry.source] = len(recall_id(entry.source)) + 2
     reserve = sum(name_cost.values())
+    # The line of ids whose tasks' lines do not fit, under no task.
+    other_room = len(MORE_LINE) + task_cost(ledger.OTHER_TASKS) if name_cost else 0
+    reserve += other_room
     tasks: set[int | None] = set()
     sources: set[int] = set()
     chosen: list[LedgerEntry] = []
@@ -141,17 +144,24 @@ def straightforward_chosen(
     for entry in candidates:
         if entry.source in sources or entry.source in already:
             continue
+        task = entry.task
+
+        def lines(task: int | None) -> int:
+            return (0 if task in tasks else task_cost(task)) + (
+                0 if task in named_tasks else len(MORE_LINE)
+            )
+
         cost = name_cost[entry.source]
-        if entry.task not in tasks:
-            cost += task_cost(entry.task)
-        if entry.task not in named_tasks:
-            cost += len(MORE_LINE)
-        if cost <= budget:
-            budget -= cost
-            named.append((entry.source, entry.task))
+        if lines(task) > budget - reserve:
+            task = ledger.OTHER_TASKS
+        extra = lines(task)
+        if cost + extra <= budget:
+            budget -= cost + extra
+            reserve -= cost + (other_room if task == ledger.OTHER_TASKS and extra else 0)
+            named.append((entry.source, task))
             sources.add(entry.source)
-            tasks.add(entry.task)
-            named_tasks.add(entry.task)
+            tasks.add(task)
+            named_tasks.add(task)
     return chosen, named
 
 

@@ -29,6 +29,7 @@ look-alikes (an id among forty ids of the same shape ranks low); newer before ol
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -782,9 +783,12 @@ def _chosen(
     # (`recall_id` is the prefix and the index's digits: counted without writing ids).
     unnamed = set(map(_SOURCE, candidates)) - already
     reserve = sum(map(len, map(str, unnamed))) + (len(ID_PREFIX) + 2) * len(unnamed)
+    # The lines the ids go on when their tasks' lines do not fit (`OTHER_TASKS`).
+    other_room = len(MORE_LINE) + _task_line_cost(history, OTHER_TASKS) if unnamed else 0
     if whole and reserve > budget:
         # A message is named for at least its id, on a line of its values or alone.
         return None
+    reserve += other_room
     tasks: set[int | None] = set()
     sources: set[int] = set()
     chosen: list[LedgerEntry] = []
@@ -825,19 +829,33 @@ def _chosen(
             continue
         task = entry.task
         cost = len(str(source)) + id_extra
-        if task not in named_tasks:
-            cost += len(MORE_LINE)
-        if task not in tasks:
-            if cost + TASK_LINE_FLOOR > budget:
-                continue  # its task's line would not fit either
-            cost += task_cost(task)
-        if cost <= budget:
-            budget -= cost
+        lines = _lines_cost(task, tasks, named_tasks, task_cost)
+        if lines > budget - reserve:
+            # Its task's lines would take the room kept for the other ids: the id goes on
+            # the page's last line, under no task (a name costs its id, not a prompt).
+            task = OTHER_TASKS
+            lines = _lines_cost(task, tasks, named_tasks, task_cost)
+        if cost + lines <= budget:
+            budget -= cost + lines
+            reserve -= cost + (other_room if task == OTHER_TASKS and lines else 0)
             named.append((source, task))
             sources.add(source)
             tasks.add(task)
             named_tasks.add(task)
     return chosen, named
+
+
+def _lines_cost(
+    task: int | None,
+    tasks: set[int | None],
+    named_tasks: set[int | None],
+    task_cost: Callable[[int | None], int],
+) -> int:
+    """What naming one more message of ``task`` adds beside its id: the task's line if
+    the page has none yet, and its line of ids if it has none yet."""
+    return (0 if task in named_tasks else len(MORE_LINE)) + (
+        0 if task in tasks else task_cost(task)
+    )
 
 
 def render_page(
@@ -856,7 +874,7 @@ def render_page(
     for source, task in named:
         more.setdefault(task, []).append(source)
     lines = [LEDGER_OPEN, _head(first)]
-    for task in sorted(set(by_task) | set(more), key=lambda t: -1 if t is None else t):
+    for task in sorted(set(by_task) | set(more), key=_task_order):
         lines.append(_task_line(history, task))
         for source in sorted(by_task.get(task, {})):
             lines.append(f" {recall_id(source)}: {SEPARATOR.join(by_task[task][source])}")
@@ -875,9 +893,19 @@ def _head(first: bool) -> str:
     return FIRST_PAGE_HEAD if first else NEXT_PAGE_HEAD
 
 
+def _task_order(task: int | None) -> int | float:
+    """Where a task's lines go on a page: before the first task, the tasks in order, then
+    the messages named under no task (`OTHER_TASKS`)."""
+    if task is None:
+        return -1
+    return math.inf if task == OTHER_TASKS else task
+
+
 def _task_line(history: History, task: int | None) -> str:
     if task is None:
         return NO_TASK_LINE
+    if task == OTHER_TASKS:
+        return OTHER_TASKS_LINE
     return _named_task(task, _prompt_text(history.entries[task].message))
 
 
@@ -885,10 +913,16 @@ def _task_line_cost(history: History, task: int | None) -> int:
     """Characters a task's line takes on a page, its newline included."""
     if task is None:
         return len(NO_TASK_LINE) + 1
+    if task == OTHER_TASKS:
+        return len(OTHER_TASKS_LINE) + 1
     return len(_named_task(task, _prompt_text(history.entries[task].message))) + 1
 
 
 NO_TASK_LINE = "before the first task:"
+# Messages a page names by id alone when their task's line does not fit: under this line,
+# last (no message index is negative, so the mark is no task's).
+OTHER_TASKS = -1
+OTHER_TASKS_LINE = "other tasks:"
 # The fewest characters a task's line takes on a page (an empty prompt, a one-digit id).
 TASK_LINE_FLOOR = min(len(f'task {recall_id(0)} "":'), len(NO_TASK_LINE)) + 1
 

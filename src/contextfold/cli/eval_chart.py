@@ -12,6 +12,8 @@ from pathlib import Path
 
 from contextfold.cli.files import write_output_file
 from contextfold.evaluation import CATEGORIES, EvalReport
+from contextfold.evaluation.metrics import ANSWERED, format_value
+from contextfold.evaluation.runner import PRICING_NAMES
 
 COLORS = {
     "in_view": "#2e7d32",
@@ -19,6 +21,8 @@ COLORS = {
     "recoverable": "#f9a825",
     "lost": "#c62828",
 }
+# The x axis runs past 100% to leave room for the text beside each bar.
+ANNOTATED_XLIM = 1.45
 LABELS = {
     "in_view": "far: in view",
     "ledger_or_summary": "far: ledger or summary",
@@ -68,7 +72,14 @@ def write_eval_chart(path: Path, report: EvalReport) -> Path:
                 zorder=3,
                 label="near facts in view",
             )
-            ax.set_xlim(0, 1)
+            # Beside each bar: what the policy sent, and paid, on the requests every
+            # policy answered (the same requests for each: a refusal sends nothing).
+            for position, totals_of in zip(positions, ordered, strict=True):
+                tokens = format_value(totals_of.answered_tokens, "tokens")
+                cost = format_value(totals_of.answered_cost(PRICING_NAMES[0]), "usd")
+                ax.text(1.02, position, f"{tokens} · {cost}", va="center", fontsize="x-small")
+            ax.set_xlim(0, ANNOTATED_XLIM)
+            ax.set_xticks([0, 0.25, 0.5, 0.75, 1.0])
             ax.xaxis.set_major_formatter(PercentFormatter(1.0))
             ax.set_yticks(positions)
             ax.set_yticklabels(labels if column == 0 else [""] * len(labels), fontsize="small")
@@ -76,7 +87,11 @@ def write_eval_chart(path: Path, report: EvalReport) -> Path:
             ax.grid(True, axis="x", alpha=0.3)
     handles, names = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, names, loc="lower center", ncol=5, fontsize="small", frameon=False)
-    fig.suptitle("contextfold eval: where the facts the next step needs stand in the view")
+    fig.suptitle(
+        "contextfold eval: where the facts the next step needs stand in the view\n"
+        f"(beside each bar, {ANSWERED}: tokens sent · cost at {PRICING_NAMES[0]}'s prices)",
+        fontsize="medium",
+    )
     fig.tight_layout(rect=(0, 0.05, 1, 0.97))
     png = io.BytesIO()
     fig.savefig(png, format="png")

@@ -42,13 +42,13 @@ from contextfold.evaluation import (
 )
 from contextfold.evaluation.bfcl import bfcl_available, bfcl_sessions
 from contextfold.evaluation.export import report_dict
-from contextfold.evaluation.metrics import usd
+from contextfold.evaluation.metrics import ANSWERED, usd
 from contextfold.evaluation.runner import PRICING_NAMES
 
 FILES_CORPUS = "files"
 BFCL_INSTALL = "bfcl-eval is not installed (pip install --no-deps bfcl-eval mpmath)"
 # Columns of the printout when stdout is not a terminal: every measure on one line per policy.
-EVAL_WIDTH = 180
+EVAL_WIDTH = 230
 
 
 def run_eval_command(args: argparse.Namespace) -> int:
@@ -157,6 +157,18 @@ def summary_lines(report: EvalReport) -> list[str]:
                 f"{totals.label}, {totals.corpus}, {totals.window:,} tokens: "
                 f"{totals.summary_requests:,} summary requests, {costs} (in its cost)"
             )
+    compared = ", ".join(policy.label for policy in report.policies)
+    answered = "; ".join(
+        f"{corpus} {window:,}: {found[0].answered_requests:,} of {found[0].requests:,}"
+        for corpus in report.corpora
+        for window in report.settings.windows
+        if (found := report.totals_for(corpus, window))
+    )
+    lines.append(
+        f"{ANSWERED}: tokens sent and cost on the requests every policy compared here "
+        f"({compared}) answered, the same requests for each ({answered}); the raw totals "
+        "count every request a policy answered, and a refused request sends nothing."
+    )
     searching = any(t.offers_search for t in report.totals)
     lines.append(
         "in view: the value is in a message of the view; ledger/summary: only in the "

@@ -114,6 +114,11 @@ class PassPlan:
 DEEP_RELAXATION = Relaxation.RECENT_TOOL_RESULTS_SHORTENED
 
 
+# When the newest results must be shortened anyway, the ledger keeps at most this share
+# of its room (a page naming the messages taken out) and the results give way for it.
+LEDGER_KEPT_DIVISOR = 2
+
+
 def run_pass(
     history: History,
     sticky: FoldState,
@@ -227,9 +232,19 @@ def run_pass(
     # must never cost a request).
     excess = work.raw_total + header_cost - budget_raw
     if excess > 0 and state.ledger.cost:
+        keep = 0
+        pins_in_view = bool(history.pins) and bool(work.kept_among(history.pins))
+        if excess > state.ledger.cost and not pins_in_view:
+            # Even without the ledger the view is over the budget: the newest results will
+            # be shortened anyway. They are shortened a little further instead, so the view
+            # keeps a page naming what was taken out (nothing is lost silently, and the next
+            # requests, which wait for the budget before another pass, are not left blind).
+            keep = min(state.ledger.cost, plan.ledger_raw // LEDGER_KEPT_DIVISOR)
         _set_ledger(
             work,
-            shrunk(state.ledger, history, state.ledger.cost - excess, notice_role, counter),
+            shrunk(
+                state.ledger, history, max(keep, state.ledger.cost - excess), notice_role, counter
+            ),
         )
     # Pinned messages yield last, and only to the budget itself: the notice can go instead,
     # so they give way only when the messages alone are over it, and only as far as it.
@@ -245,6 +260,21 @@ def run_pass(
     if work.raw_total > budget_raw and shorten_newest_results(work, budget_raw):
         relaxation = Relaxation.NEWEST_RESULTS_SHORTENED
         level = max(level, TruncateToolResults.level)
+    if work.raw_total > budget_raw and state.ledger.cost:
+        # The ledger's page kept above must never cost the request: it goes as well.
+        _set_ledger(
+            work,
+            shrunk(
+                state.ledger,
+                history,
+                state.ledger.cost - (work.raw_total - budget_raw),
+                notice_role,
+                counter,
+            ),
+        )
+        if work.raw_total > budget_raw and shorten_newest_results(work, budget_raw):
+            relaxation = Relaxation.NEWEST_RESULTS_SHORTENED
+            level = max(level, TruncateToolResults.level)
     state.level = max(state.level, level)
     if uses is not None and plan.ledger_raw > 0:
         # What this pass took out of the view goes to the ledger, within its share of the

@@ -25,7 +25,9 @@ exception:
 
 5. ``newest_results_shortened``: when the view is still over the budget, the newest call
    group's tool results are shortened in the view, head and tail with a recall marker (see
-   `newest_results`); the group stays whole and paired.
+   `newest_results`); the group stays whole and paired. The identifier ledger keeps a
+   page of up to half its room here (the results give way for it); it goes only if the
+   request cannot fit otherwise.
 
 When even that does not fit, the request is refused with `ContextLengthError`.
 """

@@ -74,4 +74,6 @@ def totals_dict(totals: Totals) -> dict[str, Any]:
             "refused": totals.count_outcome(scope, Outcome.REFUSED),
         }
     data["tokens_cached"] = totals.tokens_cached
+    # How many requests the ``answered_*`` measures cover (every compared policy answered).
+    data["answered_requests"] = totals.answered_requests
     return data

@@ -67,6 +67,14 @@ def _cost(pricing: str) -> Callable[[Totals], float | None]:
     return lambda totals: totals.cost(pricing)
 
 
+def _answered_cost(pricing: str) -> Callable[[Totals], float | None]:
+    return lambda totals: totals.answered_cost(pricing)
+
+
+# The header of the measures taken on the requests every compared policy answered.
+ANSWERED = "answered by all"
+
+
 COLUMNS: tuple[Column, ...] = (
     Column("far_in_view", "far: in view", _share("far", "in_view")),
     Column("far_ledger_or_summary", "far: ledger/summary", _share("far", "ledger_or_summary")),
@@ -79,4 +87,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("refusals", "refusals", lambda t: t.refused, "count"),
     Column("over_budget", "over budget", lambda t: t.over_budget, "count"),
     *(Column(f"cost_{name}_usd", f"cost: {name}", _cost(name), "usd") for name in PRICING_NAMES),
+    # Beside the raw totals: the same measures on the requests every compared policy
+    # answered (a policy that refuses a request sends nothing for it; these compare equals).
+    Column("answered_tokens_sent", f"{ANSWERED}: tokens", lambda t: t.answered_tokens, "tokens"),
+    *(
+        Column(f"answered_cost_{name}_usd", f"{ANSWERED}: {name}", _answered_cost(name), "usd")
+        for name in PRICING_NAMES
+    ),
 )

@@ -13,7 +13,10 @@ reply priming), and where each fact of the coming step stands in it (`scoring`):
   five-minute cache, OpenAI's), by `contextfold.costing`'s rules: the shared prefix is read
   from the cache, the rest written (Anthropic) or sent fresh (OpenAI). The eval has no
   clock, so every request counts as within the cache's lifetime; output is left out (every
-  policy answers with the same recorded replies).
+  policy answers with the same recorded replies);
+- the same tokens and costs on the requests every compared policy answered
+  (`answered_by_all`): a policy that refuses a request sends nothing for it, so its raw
+  totals are not comparable with those of a policy that answered.
 
 Facts are found once per conversation (`facts.find_steps`) and shared by every run.
 """
@@ -181,6 +184,12 @@ class Totals:
     # too, and here apart.
     summary_requests: int = 0
     summary_costs: list[float] = field(default_factory=lambda: [0.0] * len(PRICINGS))
+    # The requests every policy of the report answered (`add_answered`): tokens and USD on
+    # the same requests for every policy, so a policy that refuses (and sends nothing) is
+    # not counted cheaper for it.
+    answered_requests: int = 0
+    answered_tokens: int = 0
+    answered_costs: list[float] = field(default_factory=lambda: [0.0] * len(PRICINGS))
 
     def add(self, run: Run, steps: Mapping[int, Step]) -> None:
         self.sessions += 1
@@ -208,6 +217,30 @@ class Totals:
             for fact, code in zip(steps[record.message_index].facts, record.outcomes, strict=True):
                 tally = self.near if fact.near else self.far
                 tally[code] = tally.get(code, 0) + 1
+
+    def add_answered(self, run: Run, answered: Sequence[bool]) -> None:
+        """Count ``run``'s requests that every compared policy answered (``answered``: one
+        flag per request, in order; see `answered_by_all`): their tokens, and their USD with
+        any summary request made for them."""
+        if len(answered) != len(run.requests):
+            raise ValueError(
+                f"{len(answered)} flags for {len(run.requests)} requests: give one per request"
+            )
+        for record, every in zip(run.requests, answered, strict=True):
+            if not every:
+                continue
+            self.answered_requests += 1
+            self.answered_tokens += record.tokens
+            for position, cost in enumerate(record.costs):
+                self.answered_costs[position] += cost
+            for position, cost in enumerate(record.summary_costs):
+                self.answered_costs[position] += cost
+
+    def answered_cost(self, pricing: str) -> float | None:
+        """USD of the requests every compared policy answered, under the pricing named."""
+        if pricing not in PRICING_NAMES:
+            return None
+        return self.answered_costs[PRICING_NAMES.index(pricing)]
 
     def facts(self, scope: str) -> int:
         return sum(self._tally(scope).values())
@@ -320,12 +353,17 @@ async def evaluate_async(
         # Shared by the conversation's runs: most messages are sent as they are by them all.
         shared = _Shared(ContentCounts(counter), TextCache())
         for window in settings.windows:
+            window_runs: list[Run] = []
             for policy in policies:
                 run = await _replay(conv, by_index, policy, window, shared, settings)
                 runs.append(run)
+                window_runs.append(run)
                 totals[(conv.corpus, policy.key, window)].add(run, by_index)
                 if on_progress is not None:
                     on_progress(len(runs), total_runs)
+            answered = answered_by_all(window_runs)
+            for run in window_runs:
+                totals[(conv.corpus, run.policy, window)].add_answered(run, answered)
     return EvalReport(
         settings=settings,
         policies=list(policies),
@@ -353,6 +391,20 @@ def evaluate(
 
     asyncio.run(run())
     return results[0]
+
+
+def answered_by_all(runs: Sequence[Run]) -> list[bool]:
+    """Per request of one conversation in one window: whether every run (one per policy)
+    answered it. Every run of a conversation makes the same requests, in the same order."""
+    if not runs:
+        return []
+    lengths = {len(run.requests) for run in runs}
+    if len(lengths) != 1:
+        raise ValueError(f"runs of one conversation made different numbers of requests: {lengths}")
+    return [
+        not any(run.requests[position].refused for run in runs)
+        for position in range(len(runs[0].requests))
+    ]
 
 
 @dataclass(frozen=True)
