@@ -4,7 +4,8 @@ A cost pass goes deep (`compaction.cost_plan`), but not through the task being w
 what a later turn of the current task drew a value from stays whole while the view is under
 the middle of the configured band, as with the threshold planner, and a current task that
 fits there stays whole (the result it reads next is among its messages, drawn on or not
-yet). And whatever it holds, the cost planner never sends a view over the budget.
+yet). Where passes come every few requests anyway, a pass is the threshold planner's. And
+whatever it holds, the cost planner never sends a view over the budget.
 """
 
 from __future__ import annotations
@@ -161,3 +162,29 @@ def test_the_cost_planner_keeps_every_view_invariant_on_growing_conversations(
         assert unstamped(await ctx.get_messages()) == history
 
     asyncio.run(run())
+
+
+async def passes_of(planner: str) -> list[tuple[str, int, int]]:
+    """Tasks of three rounds in a 6,000-token window, each result about a fifth of it: the
+    view grows past the band between target and trigger in fewer than four requests."""
+    context = ContextFold({"planner": planner, "prices": SONNET, "token_counter": "heuristic"})
+    await context.add_message(SYSTEM)
+    await context.add_message(human("Research every topic and summarise."))
+    reports = []
+    for n in range(40):
+        if n % 3 == 2:
+            await context.add_message(human(f"Next, the topics of group {n}."))
+        for message in tool_round(n, result_chars=3_000):
+            await context.add_message(message)
+        await context.get_messages_for_request(token_budget=6_000)
+        report = context.last_report
+        reports.append((report.compacted_by, report.tokens_before, report.tokens_after))
+    return reports
+
+
+async def test_where_passes_come_every_few_requests_a_cost_pass_is_the_threshold_planners() -> None:
+    # There the pass's target is lowered so it leaves room for a few requests (`cadence`):
+    # a deep pass on top of that cost more and kept fewer of the current task's facts.
+    cost, threshold = await passes_of("cost"), await passes_of("threshold")
+    assert sum(1 for by, _, _ in threshold if by) >= 5
+    assert cost == threshold
