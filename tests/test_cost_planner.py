@@ -110,10 +110,14 @@ async def test_a_cost_pass_keeps_the_newest_result_groups_and_may_shorten_all_bu
 
 
 async def steady_then(context: ContextFold, rounds: int) -> None:
-    """A few rounds under any peak (a small start), each answered by a warm reading."""
+    """A few rounds under any peak (a small start), each answered by a warm reading: an
+    earlier task, then the current one's first rounds (a deep pass holds the current task
+    whole while it is small: the earlier task is what a pass takes out)."""
     await context.add_message(SYSTEM)
     await context.add_message(human("Research every topic and summarise."))
     for n in range(rounds):
+        if n == rounds - 2:
+            await context.add_message(human("Now check the two newest topics again."))
         for message in tool_round(n, result_chars=2_000):
             await context.add_message(message)
         await context.get_messages_for_request(token_budget=BUDGET)

@@ -349,8 +349,10 @@ class RequestPlanner:
             else ""
         )  # fmt: skip
         cost_planned = self.cost_planned and not hard_fit
+        # One clock reading serves the cache watch's warm check and its delivery note.
+        now = time.time() if self.cost_planned else 0.0
         if cost_planned and not reason:
-            reason = self.cost_reason(state, prices, messages_size, fires_at, target, head)
+            reason = self.cost_reason(state, prices, (messages_size, fires_at, target, head), now)
         # A pass the budget forces is the threshold planner's: deep would not pay there.
         cost_planned = cost_planned and reason not in ("budget", "retained", "pins")
         if reason:
@@ -359,11 +361,14 @@ class RequestPlanner:
                 return max(0, math.floor((tokens - overhead) / ratio) - request_raw)
 
             # Passes coming every few requests go deeper (see `cadence`); a cost pass as
-            # deep as protection lets it (see `cost_plan`), the trigger still its limit.
-            if cost_planned:
-                deep = COST_PASS_TARGET
-            else:
-                deep = target if hard_fit else sticky.cadence.target(messages_size, trigger, target)
+            # deep as protection lets it (see `cost_plan`), the trigger still its limit. Where
+            # passes come every few requests anyway (the window small beside what a request
+            # adds), the paced pass is the threshold planner's unless the cache is cold: a deep
+            # one there cost more and kept fewer of the current task's facts (`contextfold
+            # eval`, long-horizon at 4,000 tokens).
+            paced = target if hard_fit else sticky.cadence.target(messages_size, trigger, target)
+            cost_planned = cost_planned and (paced == target or reason == "cold_cache")
+            deep = COST_PASS_TARGET if cost_planned else paced
             result, adopted = await self._pass(
                 state,
                 budget,
@@ -376,6 +381,7 @@ class RequestPlanner:
                     values=sticky.values if cfg.ledger_share > 0 else None,
                     ledger_raw=math.floor(self.ledger_room(budget) / ratio),
                     deep=cost_planned,
+                    hold_raw=raw((paced + trigger) // 2) if cost_planned else None,
                 ),
                 request_raw,
             )
@@ -422,7 +428,7 @@ class RequestPlanner:
         if result is None:
             sticky.cadence.waited()
         if self.cost_planned:
-            state.cache_watch.delivered(time.time(), result is not None)
+            state.cache_watch.delivered(now, result is not None)
         state.meter_inputs = (source, estimate, before_raw, measured, state.last_reading, ratio)
         state.meter_stats = None
         limits = Thresholds(
@@ -450,23 +456,20 @@ class RequestPlanner:
         return math.ceil(head_raw * ratio) + overhead
 
     def cost_reason(
-        self,
-        state: ContextState,
-        prices: Prices,
-        size: int,
-        hard_bound: int,
-        target: int,
-        head: int,
+        self, state: ContextState, prices: Prices, sizes: tuple[int, int, int, int], now: float
     ) -> str:
-        """Why ``planner: cost`` compacts a view of ``size`` tokens now under the hard bound
-        ("optimal_peak", "cold_cache"), or "" (see `compaction.cost_plan`)."""
+        """Why ``planner: cost`` compacts a view now under the hard bound ("optimal_peak",
+        "cold_cache"), or "" (see `compaction.cost_plan`); ``sizes`` are the view's, the
+        hard bound, the target and the head, in tokens. Runs on every request it does not
+        compact, so it reads cached figures only: the rule per prices, the cadence's."""
         rule = self._rules.get(prices.name)
         if rule is None:
             rule = self._rules[prices.name] = PeakRule(prices)
         cadence = state.sticky.cadence
-        sizes = RequestSizes(size, hard_bound, target, head, cadence.after, cadence.requests)
-        warm = state.cache_watch.warm(prices.cache_lifetime, time.time(), state.last_reading)
-        return plan_request(rule, sizes, warm)
+        size, hard_bound, target, head = sizes
+        planned = RequestSizes(size, hard_bound, target, head, cadence.after, cadence.requests)
+        warm = state.cache_watch.warm(prices.cache_lifetime, now, state.last_reading)
+        return plan_request(rule, planned, warm)
 
     async def _pass(
         self, state: ContextState, budget: int, plan: PassPlan, request_raw: int

@@ -25,8 +25,12 @@ budget is never exceeded; the cost model decides inside them.
 How deep: at the optimal peak a cycle's reads and rewrite come to ``read x peak`` a request,
 which grows with the floor, so a cost pass goes as deep as protection lets it
 (`COST_PASS_TARGET`, run to protection's fixed point): the protected recent messages and
-tool results, the head and the notice are what it leaves. A pass the budget forces (or a
-retained reminder) is the threshold planner's, rules and depth alike.
+tool results, the head, the notice and the current task's working set are what it leaves
+(what a later turn of the task drew on, and the whole task while it fits under the middle of
+the configured band: a pass that saves reads by taking out the result the task reads next
+is no saving). A pass the budget forces (or a retained reminder) is the threshold planner's,
+rules and depth alike, and so is a pass where passes come every few requests anyway (the
+window small beside what a request adds: see `cadence`), unless the cache is cold.
 """
 
 from __future__ import annotations

@@ -103,6 +103,11 @@ class PassPlan:
     # fixed point whatever the limit, with `DEEP_RELAXATION` taken from the start; the
     # limit still decides whether soft protections yield further.
     deep: bool = False
+    # A deep pass's hold, as its own target is 0: the current task's messages (what a later
+    # turn drew on last) leave only while the view is above this, the middle of the band
+    # the configured target (paced, see `cadence`) and trigger make, as in any other pass
+    # (see `rungs.DropLeastUsed`). Ignored by any other pass: its own band decides.
+    hold_raw: int | None = None
 
 
 # Where a deep pass starts relaxing from: the recent fraction does not hold, and the newest
@@ -110,7 +115,10 @@ class PassPlan:
 # (head and tail, with their recall id). Whole, they would set the floor the cost model
 # prices every later request at: a floor of five whole results read on every request of
 # the cycle costs more than the pass saves (`cost_plan`). The group being answered stays
-# whole, as the required core always does.
+# whole, as the required core always does. The current task's working set is held as in any
+# other pass, against the configured band (`PassPlan.hold_raw`): what a later turn drew on,
+# and the whole task while it fits there (`contextfold eval`, long-horizon: near facts in
+# view 72% to 99% at 8,000 tokens, 80% to 100% at 16,000, still the cheapest).
 DEEP_RELAXATION = Relaxation.RECENT_TOOL_RESULTS_SHORTENED
 
 
@@ -192,6 +200,8 @@ def run_pass(
         ),
         truncate_chars=truncate_chars,
         limit_raw=ladder_limit,
+        hold_raw=plan.hold_raw if plan.deep else None,
+        holds_whole_task=plan.deep and _task_fits(history, plan.hold_raw),
         summary_blocks=list(plan.summary_blocks),
         summary_free_blocks=plan.summary_free_blocks,
         uses=uses,
@@ -205,6 +215,8 @@ def run_pass(
     # view parked just under the trigger compacts again a turn or two later, rewriting the
     # prompt prefix each time. Either way they yield only as far as the middle of the band.
     room_raw = (target_raw + limit_raw) // 2
+    if plan.deep and plan.hold_raw is not None:
+        room_raw = plan.hold_raw  # the configured band's middle: a deep target is 0
     goal_raw = max(0, min(room_raw, budget_raw - header_cost))
     started_above_limit = work.raw_total > limit_raw
     level = 0
@@ -226,7 +238,7 @@ def run_pass(
     ):
         relaxation = Relaxation(relaxation + 1)
         work.protection = protect()
-        work.limit_raw = goal_raw
+        work.limit_raw, work.hold_raw, work.holds_whole_task = goal_raw, None, False
         level = max(level, _run_ladder(work, ladder, goal_raw, goal_raw, protect))
     # Still over the budget with every soft protection gone: the ledger gives way first (it
     # must never cost a request).
@@ -310,6 +322,26 @@ def run_pass(
         relaxation=relaxation,
         pins_yielded=pins_yielded,
     )
+
+
+def _task_fits(history: History, hold_raw: int | None) -> bool:
+    """Whether the current task, whole as history holds it, comes to no more than
+    ``hold_raw``: then a deep pass holds all of it (its working set: the result it reads
+    next is among them, drawn on or not yet). A task larger than that (a long agent run
+    after one prompt) keeps what a later turn drew on, as any pass does, and the rest may
+    go. Walks the task from its newest unit, and stops once past the hold."""
+    task = history.last_human
+    if task is None or hold_raw is None:
+        return False
+    no_swaps: dict[int, tuple[dict[str, Any], int]] = {}
+    task_raw = 0
+    for unit in reversed(history.units):
+        if unit.start <= task:
+            return True
+        task_raw += history.unit_cost(unit, no_swaps)
+        if task_raw > hold_raw:
+            return False
+    return True
 
 
 def _set_ledger(work: WorkingView, ledger: Any) -> None:

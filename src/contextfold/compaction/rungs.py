@@ -129,7 +129,7 @@ class TruncateToolResults:
             if shortened is None:
                 continue
             short, current_cost = shortened
-            if work.drawn_on_by_current_task(index):
+            if work.held_by_current_task(index):
                 drawn_on.append((index, short, current_cost))  # decided below, together
                 continue
             _swap_if_smaller(work, index, short, current_cost, self.name)
@@ -138,15 +138,22 @@ class TruncateToolResults:
         # What the current task draws on is shortened when that alone reaches the target
         # (shortening comes before removing anything), or when removing what it does not
         # draw on cannot spare it; otherwise it stays whole and the last rung removes the rest.
+        # What a later turn drew on is shortened last (a deep pass holds the whole task).
+        drawn_on.sort(key=lambda held: work.drawn_on_by_current_task(held[0]))
         costs = [(i, short, cost, work.counter.count_message(short)) for i, short, cost in drawn_on]
         saving = sum(cost - short_cost for _, _, cost, short_cost in costs if short_cost < cost)
         if work.raw_total - saving > target_raw and _current_task_keeps_what_it_draws_on(
             work, target_raw
         ):
             return
+        # A deep pass (target 0) shortens what a later turn drew on only while the view is
+        # above its hold.
+        hold = _hold_under(work, target_raw) if work.holds_whole_task else target_raw
         for index, short, cost, short_cost in costs:
             if work.raw_total <= target_raw:
                 return
+            if work.raw_total <= hold and work.drawn_on_by_current_task(index):
+                continue
             if short_cost < cost:
                 work.replace(index, short, short_cost, self.name)
                 work.state.shortened.add(index)
@@ -261,9 +268,13 @@ class DropLeastUsed:
         truncated = work.state.truncated
         candidates = [u for u in work.kept_units() if not work.protection.unit_reason(u)]
         held: set[int] = set()
-        if work.uses is not None:
-            held = {u for u in candidates if work.unit_drawn_on_by_current_task(u)}
-            candidates.sort(key=lambda u: (u in held, work.unit_last_use(u), u))
+        drawn_on: set[int] = set()
+        if work.uses is not None or work.holds_whole_task:
+            held = {u for u in candidates if work.unit_held_by_current_task(u)}
+            # Of what is held, what a later turn drew on leaves last (a deep pass holds the
+            # whole current task).
+            drawn_on = {u for u in held if work.unit_drawn_on_by_current_task(u)}
+            candidates.sort(key=lambda u: (u in held, u in drawn_on, work.unit_last_use(u), u))
         costs = [unit_cost(units[u], truncated) for u in candidates]
         reaches_target = work.raw_total - sum(costs) <= target_raw
         stop_at = target_raw if reaches_target else max(target_raw, work.limit_raw)
@@ -271,7 +282,8 @@ class DropLeastUsed:
         leaving = 0
         hold_under = _hold_under(work, target_raw)
         for unit, cost in zip(candidates, costs, strict=True):
-            # The held units come last: once one would stay, so do the rest.
+            # The held units come last, what a later turn drew on last of all: once one
+            # would stay, so do the rest.
             if total <= stop_at or (unit in held and total <= hold_under):
                 break
             total -= cost
@@ -290,7 +302,10 @@ DEFAULT_LADDER: tuple[Rung, ...] = (
 
 def _hold_under(work: WorkingView, target_raw: int) -> int:
     """What the current task draws on leaves only while the view is above this: the middle
-    of the band between target and trigger, so a pass still leaves half the band to grow in."""
+    of the band between target and trigger, so a pass still leaves half the band to grow in
+    (a deep pass names the configured band's middle: its own target and limit are 0)."""
+    if work.hold_raw is not None:
+        return work.hold_raw
     return (target_raw + work.limit_raw) // 2
 
 
@@ -299,14 +314,14 @@ def _current_task_keeps_what_it_draws_on(work: WorkingView, target_raw: int) -> 
     on, would bring the view under `_hold_under`: then what the task draws on stays whole
     (not shortened) and the rest goes. When it would not, what the task draws on must shrink
     too, and shortening it comes before removing it, as for any result."""
-    if work.uses is None or work.history.last_human is None:
+    if (work.uses is None and not work.holds_whole_task) or work.history.last_human is None:
         return False
     units = work.history.units
     truncated = work.state.truncated
     spare = sum(
         work.history.unit_cost(units[u], truncated)
         for u in work.kept_units()
-        if not work.protection.unit_reason(u) and not work.unit_drawn_on_by_current_task(u)
+        if not work.protection.unit_reason(u) and not work.unit_held_by_current_task(u)
     )
     return work.raw_total - spare <= _hold_under(work, target_raw)
 

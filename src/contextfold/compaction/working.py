@@ -138,6 +138,14 @@ class WorkingView:
     # While set, the rungs work on the messages before this history index only (the older
     # tasks, before the current human prompt); None: on the whole view.
     scope_end: int | None = None
+    # What the current task draws on leaves only while the view is above this many raw
+    # tokens; None: the middle of the band between the rungs' target and ``limit_raw``. A
+    # deep pass, whose target and limit are 0, sets it to the configured band's middle.
+    hold_raw: int | None = None
+    # A deep pass holds the whole current task when it fits under the hold, not only what
+    # a later turn drew on: its floor would otherwise leave out the result the task reads
+    # next (see `held_by_current_task`).
+    holds_whole_task: bool = False
     changed: dict[str, int] = field(default_factory=dict)  # rung name -> changes this pass
     _kept_entries: tuple[tuple[int, int, int | None], list[int]] | None = field(
         default=None, init=False, repr=False
@@ -219,6 +227,23 @@ class WorkingView:
             and unit.start > task
             and self.unit_last_use(unit_index) > max(unit.entries)
         )
+
+    def held_by_current_task(self, entry_index: int) -> bool:
+        """Whether the rungs hold the message for the current task: shorten it last, remove
+        it last and only above the hold (see `rungs`). What a later turn drew on, and in a
+        deep pass every message of the current task (the task's working set: a result it
+        has not drawn on yet is the one it reads next), what it drew on last of all."""
+        if self.holds_whole_task:
+            task = self.history.last_human
+            return task is not None and entry_index > task
+        return self.drawn_on_by_current_task(entry_index)
+
+    def unit_held_by_current_task(self, unit_index: int) -> bool:
+        """`held_by_current_task` for a unit."""
+        if self.holds_whole_task:
+            task = self.history.last_human
+            return task is not None and self.history.units[unit_index].start > task
+        return self.unit_drawn_on_by_current_task(unit_index)
 
     def kept_entries(self) -> list[int]:
         """Entry indexes of the kept units, oldest first (history order)."""
