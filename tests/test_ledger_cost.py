@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -70,6 +71,74 @@ def ungated(patch: pytest.MonkeyPatch) -> None:
         ),
     )
     patch.setattr(identifiers, "_may_hold_number", lambda text, digits: True)
+    patch.setattr(identifiers, "_FAST_NUMBER", identifiers._NUMBER)
+
+
+# Pieces of what the patterns look for, and of what sits at their edges, to join at random:
+# ids, amounts, dates, paths, URLs, emails, quoted names, Unicode letters and digits.
+PIECES = [
+    *"aZ09 7.,-/:@#$€£¥'\"“”_\n٣x~%+hH\tTé",
+    "http",
+    "https://",
+    "://",
+    "2026-01-02",
+    "12/3/2026",
+    "T10:00:00Z",
+    "+02:00",
+    "ORD-",
+    "..",
+    "./",
+    "~/",
+    "x.csv",
+    "12345",
+    "1,250.00",
+    ".5",
+    "a@b.co",
+    "call_1",
+    "/srv/a",
+    "٣٣٣٣٣",
+    "a:1",
+    "#12",
+    "Ünïcødé",
+]
+joined = st.lists(st.sampled_from(PIECES), max_size=24).map("".join)
+
+
+def spans_as_defined(pattern: re.Pattern[str], text: str) -> list[tuple[int, int]]:
+    return [match.span() for match in pattern.finditer(text)]
+
+
+def spans_as_searched(kind: str, text: str) -> list[tuple[int, int]]:
+    """Where the reader finds a kind's matches: its rewritten pattern, or its finder."""
+    searched = {k: pattern for k, pattern, *_gate in identifiers._SEARCHED}[kind]
+    finder = identifiers._FINDERS.get(searched)
+    return finder(text) if finder is not None else spans_as_defined(searched, text)
+
+
+@settings(max_examples=600, deadline=None)
+@given(text=joined | texts)
+def test_each_rewritten_pattern_matches_where_its_definition_does(text: str) -> None:
+    for kind, pattern in identifiers.PATTERNS:
+        assert spans_as_searched(kind, text) == spans_as_defined(pattern, text), kind
+    assert spans_as_defined(identifiers._FAST_NUMBER, text) == spans_as_defined(
+        identifiers._NUMBER, text
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=joined)
+def test_the_reader_reads_what_the_defined_patterns_read(text: str) -> None:
+    found: dict[str, str] = {}
+    positions: dict[str, int] = {}
+    identifiers.spans(text, found, positions)
+    rows = identifiers._text_rows(text)
+    with pytest.MonkeyPatch.context() as patch:
+        ungated(patch)
+        everything: dict[str, str] = {}
+        every_position: dict[str, int] = {}
+        identifiers.spans(text, everything, every_position)
+        assert (found, positions) == (everything, every_position)
+        assert rows == identifiers._text_rows(text)
 
 
 @settings(max_examples=400, deadline=None)
