@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from bisect import bisect_right
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -18,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contextfold import ContextFold, ContextLengthError, identifiers, ledger
+from contextfold.compaction import planner
 from contextfold.conventions import stamp_timestamp
 from contextfold.history import History
 from contextfold.ledger import (
@@ -123,6 +125,32 @@ def test_each_rewritten_pattern_matches_where_its_definition_does(text: str) -> 
     assert spans_as_defined(identifiers._FAST_NUMBER, text) == spans_as_defined(
         identifiers._NUMBER, text
     )
+
+
+def straightforward_line_values(text: str) -> list[list[str]]:
+    """Each line's values as first written: the patterns as defined, every number looked
+    for, each value's line found by a binary search of the line breaks."""
+    found: dict[str, str] = {}
+    positions: dict[str, int] = {}
+    with pytest.MonkeyPatch.context() as patch:
+        ungated(patch)
+        taken = identifiers.spans(text, found, positions)
+    for match in identifiers._NUMBER.finditer(text):
+        start, end = match.span()
+        if not taken.overlaps(start, end) and match.group() not in found:
+            found[match.group()] = "number"
+            positions[match.group()] = start
+    breaks = [at for at, character in enumerate(text) if character == "\n"]
+    lines: dict[int, list[tuple[int, str]]] = {}
+    for value, start in positions.items():
+        lines.setdefault(bisect_right(breaks, start), []).append((start, value))
+    return [[value for _start, value in sorted(lines[line])] for line in sorted(lines)]
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=joined | texts)
+def test_values_are_cut_into_the_lines_they_start_on(text: str) -> None:
+    assert identifiers._line_values(text) == straightforward_line_values(text)
 
 
 @settings(max_examples=300, deadline=None)
@@ -337,6 +365,28 @@ async def views(messages: list[dict[str, Any]], budgets: list[int]) -> list[Any]
     return seen
 
 
+def straightforward_shown_by(work: Any) -> Any:
+    """Whether the view shows a value, as first written: asked afresh each time, the
+    holders oldest first."""
+    uses, state, entries = work.uses, work.state, work.history.entries
+
+    def shows(value: str) -> bool:
+        holders = uses.holders(value)
+        if len(holders) > ledger.MAX_HOLDERS:
+            return True
+        for holder in holders:
+            if entries[holder].unit in state.removed_units:
+                continue
+            swap = state.truncated.get(holder)
+            if swap is None or holder not in state.shortened:
+                return True
+            if value in planner._text_of(swap[0]):
+                return True
+        return False
+
+    return shows
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     messages=valued_sessions(),
@@ -356,5 +406,6 @@ def test_sessions_get_the_same_views_and_ledgers_without_the_shortcuts(
         patch.setattr(identifiers, "_cached_rows", identifiers._text_rows)
         patch.setattr(ledger, "_chosen", straightforward_chosen)
         patch.setattr(ledger, "_fitted_page", page_without_cover)
+        patch.setattr(planner, "_shown_by", straightforward_shown_by)
         slow = asyncio.run(views(messages, budgets))
     assert fast == slow

@@ -79,7 +79,6 @@ _EDGE = r"[A-Za-z0-9]"
 # A number standing alone in a text with as many digits as an argument's number must have
 # to be a value (`number_forms`): a count, a size, a code a later call may carry.
 _NUMBER = re.compile(r"(?<![\w.,-])\d{4,}(?![\w,-]|\.\d)")
-_NEWLINE = re.compile("\n")
 # What every match of a pattern holds: one of these substrings or a match of this probe
 # (neither given: no such condition), and an ASCII digit when marked. A text without them
 # is not searched with the pattern: a substring test or a probe with a literal start costs
@@ -180,6 +179,19 @@ _FINDERS: dict[re.Pattern[str], Callable[[str], list[tuple[int, int]]]] = {
     _ID_MIXED: _id_spans,
     _PATH_AFTER_EDGE: _path_spans,
 }
+# An amount after a currency sign needs one in the text: without, only the decimal form.
+_AMOUNT_DECIMAL = re.compile(r"\d(?<![\w.].)[\d,]*\.\d+(?!\w|\.\d)")
+_CURRENCY_SIGNS = ("$", "€", "£", "¥")
+
+
+def _amount_spans(text: str) -> list[tuple[int, int]]:
+    """Where the ``amount`` pattern of `PATTERNS` matches ``text``, in order."""
+    signed = any(sign in text for sign in _CURRENCY_SIGNS)
+    pattern = _FAST["amount"] if signed else _AMOUNT_DECIMAL
+    return [match.span() for match in pattern.finditer(text)]
+
+
+_FINDERS[_FAST["amount"]] = _amount_spans
 _FAST.update(path=_PATH_AFTER_EDGE, id=_ID_MIXED)
 _FAST_NUMBER = re.compile(r"\d(?<![\w.,-].)\d{3,}(?![\w,-]|\.\d)")
 _SEARCHED: tuple[
@@ -334,13 +346,24 @@ def _line_values(text: str) -> list[list[str]]:
                     positions[value] = start
     if not found:
         return []
+    # Values by where they start (no two start at one place: their ranges would overlap),
+    # cut into rows where the lines break, lines without a value skipped.
+    ordered = sorted(zip(positions.values(), positions, strict=True))
     if "\n" not in text:
-        return [sorted(found, key=positions.__getitem__)]
-    breaks = [match.start() for match in _NEWLINE.finditer(text)]
-    lines: dict[int, list[tuple[int, str]]] = {}
-    for value, start in positions.items():
-        lines.setdefault(bisect_right(breaks, start), []).append((start, value))
-    return [[value for _start, value in sorted(lines[line])] for line in sorted(lines)]
+        return [[value for _start, value in ordered]]
+    rows: list[list[str]] = []
+    row: list[str] = []
+    next_break = text.find("\n")
+    for start, value in ordered:
+        if next_break != -1 and start >= next_break:
+            if row:
+                rows.append(row)
+            row = []
+            # A value belongs to the line after every break at or before its start.
+            next_break = text.find("\n", start + 1)
+        row.append(value)
+    rows.append(row)
+    return rows
 
 
 def _may_hold_number(text: str, digits: bool) -> bool:
