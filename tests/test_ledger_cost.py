@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from contextfold import ContextFold, ContextLengthError, identifiers, ledger
@@ -149,6 +149,8 @@ def straightforward_line_values(text: str) -> list[list[str]]:
 
 @settings(max_examples=400, deadline=None)
 @given(text=joined | texts)
+# An amount may start at a line break (after its currency sign): it is on the next line.
+@example(text="ORD-12345 paid $\n125 on\n\n2026-01-02 and $ 7.50\nhere")
 def test_values_are_cut_into_the_lines_they_start_on(text: str) -> None:
     assert identifiers._line_values(text) == straightforward_line_values(text)
 
