@@ -78,6 +78,7 @@ def ungated(patch: pytest.MonkeyPatch) -> None:
     )
     patch.setattr(identifiers, "_may_hold_number", lambda text, digits: True)
     patch.setattr(identifiers, "_FAST_NUMBER", identifiers._NUMBER)
+    patch.setattr(identifiers, "_holds_none", lambda text: False)
 
 
 # Pieces of what the patterns look for, and of what sits at their edges, to join at random:
@@ -157,6 +158,26 @@ def straightforward_line_values(text: str) -> list[list[str]]:
 @example(text="ORD-12345 paid $\n125 on\n\n2026-01-02 and $ 7.50\nhere")
 def test_values_are_cut_into_the_lines_they_start_on(text: str) -> None:
     assert identifiers._line_values(text) == straightforward_line_values(text)
+
+
+# Short texts of what sits near values without being one: most hold none, some barely one.
+near_values = st.text(alphabet="aZx09٣ _:#-.,\n", max_size=40) | st.lists(
+    st.sampled_from(["item", " ", "7", "42", "٣", "-", ":", "x1", "a_", "#", "\n", ".", ","]),
+    max_size=12,
+).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=near_values | joined)
+def test_a_short_text_without_what_a_value_holds_is_read_as_holding_none(text: str) -> None:
+    assert identifiers._line_values(text) == straightforward_line_values(text)
+    found: dict[str, str] = {}
+    identifiers.spans(text, found)
+    with pytest.MonkeyPatch.context() as patch:
+        ungated(patch)
+        everything: dict[str, str] = {}
+        identifiers.spans(text, everything)
+    assert found == everything
 
 
 @settings(max_examples=300, deadline=None)

@@ -333,6 +333,8 @@ def line_values(text: str) -> list[str]:
 def _line_values(text: str) -> list[list[str]]:
     """`line_values` of each line of ``text`` that has any, the patterns run once over the
     whole text (a line at a time would run each pattern once per line)."""
+    if _holds_none(text):
+        return []
     found: dict[str, str] = {}
     digits = _ASCII_DIGIT.search(text) is not None
     taken = _spans(text, found, positions := {}, digits)
@@ -364,6 +366,23 @@ def _line_values(text: str) -> list[list[str]]:
         row.append(value)
     rows.append(row)
     return rows
+
+
+# What any value holds, one search for all: ``://``, ``@``, ``/`` (URLs, emails, paths and
+# slashed dates), a currency sign or a decimal point before a digit (amounts), a quote, four
+# digits in a row (numbers, ids of digits, dated days), a letter and a digit in one run of
+# ``[\w:#-]`` (ids of letters and digits). A short text without any holds no value: a
+# chat's short messages ("What is item 7?") are read with this one search instead of a
+# search per pattern. Longer texts nearly always hold one of these: they skip the question.
+_ANY_VALUE = re.compile(
+    r"://|[@/$€£¥\"'“]|\.\d|\d{4}|[A-Za-z][\w:#-]*\d|\d[\w:#-]*[A-Za-z]"
+)
+SHORT_TEXT_CHARS = 200
+
+
+def _holds_none(text: str) -> bool:
+    """Whether a short ``text`` surely holds no value (a longer one is not asked)."""
+    return len(text) <= SHORT_TEXT_CHARS and _ANY_VALUE.search(text) is None
 
 
 def _may_hold_number(text: str, digits: bool) -> bool:
@@ -500,7 +519,7 @@ def spans(text: str, found: dict[str, str], positions: dict[str, int] | None = N
     """Add the identifier-like spans of ``text`` to ``found`` (value -> kind, first kind
     kept) and, when given, where each new value first starts to ``positions``; returns the
     character ranges they took."""
-    if not text:
+    if not text or _holds_none(text):
         return _Taken()
     return _spans(text, found, positions, _ASCII_DIGIT.search(text) is not None)
 
