@@ -374,9 +374,7 @@ def _line_values(text: str) -> list[list[str]]:
 # ``[\w:#-]`` (ids of letters and digits). A short text without any holds no value: a
 # chat's short messages ("What is item 7?") are read with this one search instead of a
 # search per pattern. Longer texts nearly always hold one of these: they skip the question.
-_ANY_VALUE = re.compile(
-    r"://|[@/$€£¥\"'“]|\.\d|\d{4}|[A-Za-z][\w:#-]*\d|\d[\w:#-]*[A-Za-z]"
-)
+_ANY_VALUE = re.compile(r"://|[@/$€£¥\"'“]|\.\d|\d{4}|[A-Za-z][\w:#-]*\d|\d[\w:#-]*[A-Za-z]")
 SHORT_TEXT_CHARS = 200
 
 
