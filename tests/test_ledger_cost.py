@@ -2,11 +2,11 @@
 without what its matches must hold, patterns searched as rewrites that open with what a
 match starts with (ids found from a digit beside a letter, paths after an edge, amounts
 without a currency sign in their decimal form), a short text without anything a value holds
-read with one search, a text's values cut into lines in one pass, string content read without walking blocks, a page's estimate that stops when nothing more
-fits or measures a task's line only when it might fit (and once per entry), a page wanted
-whole that is not weighed when the room cannot hold every id, whether the view shows a value
-asked once per value. Each is held against the straightforward way, alone and through whole
-sessions."""
+read with one search, a text's values cut into lines in one pass, string content read
+without walking blocks, a page's estimate that stops when nothing more fits or measures a
+task's line only when it might fit (and once per entry), a page wanted whole that is not
+weighed when the room cannot hold every id, whether the view shows a value asked once per
+value. Each is held against the straightforward way, alone and through whole sessions."""
 
 from __future__ import annotations
 
