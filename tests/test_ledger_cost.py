@@ -72,7 +72,7 @@ def ungated(patch: pytest.MonkeyPatch) -> None:
         identifiers,
         "_SEARCHED",
         tuple(
-            (kind, pattern, FIRST_GATES[kind][0], None, FIRST_GATES[kind][1])
+            (kind, pattern, None, FIRST_GATES[kind][0], None, FIRST_GATES[kind][1])
             for kind, pattern in identifiers.PATTERNS
         ),
     )
@@ -117,9 +117,9 @@ def spans_as_defined(pattern: re.Pattern[str], text: str) -> list[tuple[int, int
 
 def spans_as_searched(kind: str, text: str) -> list[tuple[int, int]]:
     """Where the reader finds a kind's matches: its rewritten pattern, or its finder."""
-    searched = {k: pattern for k, pattern, *_gate in identifiers._SEARCHED}[kind]
-    finder = identifiers._FINDERS.get(searched)
-    return finder(text) if finder is not None else spans_as_defined(searched, text)
+    searched = {k: (pattern, finder) for k, pattern, finder, *_gate in identifiers._SEARCHED}
+    pattern, finder = searched[kind]
+    return finder(text) if finder is not None else spans_as_defined(pattern, text)
 
 
 @settings(max_examples=600, deadline=None)

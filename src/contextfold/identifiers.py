@@ -27,7 +27,6 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import lru_cache
-from operator import methodcaller
 from typing import Any
 
 from .readable import calls_of, content_texts, role_of, visible_text
@@ -194,13 +193,30 @@ def _amount_spans(text: str) -> list[tuple[int, int]]:
 _FINDERS[_FAST["amount"]] = _amount_spans
 _FAST.update(path=_PATH_AFTER_EDGE, id=_ID_MIXED)
 _FAST_NUMBER = re.compile(r"\d(?<![\w.,-].)\d{3,}(?![\w,-]|\.\d)")
-_SEARCHED: tuple[
-    tuple[str, re.Pattern[str], tuple[str, ...], re.Pattern[str] | None, bool], ...
-] = tuple(
-    (kind, _FAST.get(kind, pattern), *_GATES.get(kind, ((), None, False)))
+# What the reader searches, kind by kind: the pattern, the finder that stands for it (None:
+# the pattern's own search), and the pattern's gate (`_GATES`).
+_Search = tuple[
+    str,
+    re.Pattern[str],
+    Callable[[str], list[tuple[int, int]]] | None,
+    tuple[str, ...],
+    re.Pattern[str] | None,
+    bool,
+]
+_SEARCHED: tuple[_Search, ...] = tuple(
+    (
+        kind,
+        _FAST.get(kind, pattern),
+        _FINDERS.get(_FAST.get(kind, pattern)),
+        *_GATES.get(kind, ((), None, False)),
+    )
     for kind, pattern in PATTERNS
 )
-_SPAN = methodcaller("span")
+# A short text is searched with the patterns as defined: over a few dozen characters a
+# rewrite saves less than its finder's own call costs.
+_SEARCHED_SHORT: tuple[_Search, ...] = tuple(
+    (kind, pattern, None, *_GATES.get(kind, ((), None, False))) for kind, pattern in PATTERNS
+)
 _ASCII_DIGIT = re.compile("[0-9]")
 _MAX_DEPTH = 64  # a hostile nesting depth: what lies deeper is not read
 
@@ -339,7 +355,8 @@ def _line_values(text: str) -> list[list[str]]:
     digits = _ASCII_DIGIT.search(text) is not None
     taken = _spans(text, found, positions := {}, digits)
     if _may_hold_number(text, digits):
-        for match in _FAST_NUMBER.finditer(text):
+        number = _FAST_NUMBER if len(text) > SHORT_TEXT_CHARS else _NUMBER
+        for match in number.finditer(text):
             start, end = match.span()
             if not taken.overlaps(start, end):
                 value = match.group()
@@ -529,7 +546,8 @@ def _spans(
     taken = _Taken()
     if not text:
         return taken
-    for kind, pattern, marks, probe, numeric in _SEARCHED:
+    searched = _SEARCHED if len(text) > SHORT_TEXT_CHARS else _SEARCHED_SHORT
+    for kind, pattern, finder, marks, probe, numeric in searched:
         # The pattern cannot match without what its gate names (`_GATES`).
         if numeric and not digits:
             continue
@@ -563,14 +581,26 @@ def _spans(
                         positions[value] = start
             taken.settle()
             continue
-        finder = _FINDERS.get(pattern)
-        for start, end in (
-            finder(text) if finder is not None else map(_SPAN, pattern.finditer(text))
-        ):
+        if finder is not None:
+            for start, end in finder(text):
+                if overlaps is not None and overlaps(start, end):
+                    continue
+                value = text[start:end].strip().rstrip(".,;:!?")
+                if kind == "amount":
+                    value = value.strip()
+                add(start, end)
+                if value not in found:
+                    found[value] = kind
+                    if positions is not None:
+                        positions[value] = start
+            taken.settle()
+            continue
+        for match in pattern.finditer(text):
+            start, end = match.span()
             if overlaps is not None and overlaps(start, end):
                 continue
             # An amount's match may open with a space after its currency sign.
-            value = text[start:end].strip().rstrip(".,;:!?")
+            value = match.group().strip().rstrip(".,;:!?")
             if kind == "amount":
                 value = value.strip()
             add(start, end)
