@@ -67,15 +67,14 @@ FIRST_GATES = {
 
 
 def ungated(patch: pytest.MonkeyPatch) -> None:
-    """Every pattern searched where it was before the gates."""
-    patch.setattr(
-        identifiers,
-        "_SEARCHED",
-        tuple(
-            (kind, pattern, None, FIRST_GATES[kind][0], None, FIRST_GATES[kind][1])
-            for kind, pattern in identifiers.PATTERNS
-        ),
+    """Every pattern, as defined, searched where it was before the gates, in short texts
+    and long ones."""
+    searched = tuple(
+        (kind, pattern, None, FIRST_GATES[kind][0], None, FIRST_GATES[kind][1])
+        for kind, pattern in identifiers.PATTERNS
     )
+    patch.setattr(identifiers, "_SEARCHED", searched)
+    patch.setattr(identifiers, "_SEARCHED_SHORT", searched)
     patch.setattr(identifiers, "_may_hold_number", lambda text, digits: True)
     patch.setattr(identifiers, "_FAST_NUMBER", identifiers._NUMBER)
     patch.setattr(identifiers, "_holds_none", lambda text: False)
@@ -181,12 +180,15 @@ def test_a_short_text_without_what_a_value_holds_is_read_as_holding_none(text: s
 
 
 @settings(max_examples=300, deadline=None)
-@given(text=joined)
-def test_the_reader_reads_what_the_defined_patterns_read(text: str) -> None:
+@given(text=joined, short=st.sampled_from([identifiers.SHORT_TEXT_CHARS, 0]))
+def test_the_reader_reads_what_the_defined_patterns_read(text: str, short: int) -> None:
     found: dict[str, str] = {}
     positions: dict[str, int] = {}
-    identifiers.spans(text, found, positions)
-    rows = identifiers._text_rows(text)
+    with pytest.MonkeyPatch.context() as patch:
+        # Short: the texts drawn here are read as long ones are (the rewrites and finders).
+        patch.setattr(identifiers, "SHORT_TEXT_CHARS", short)
+        identifiers.spans(text, found, positions)
+        rows = identifiers._text_rows(text)
     with pytest.MonkeyPatch.context() as patch:
         ungated(patch)
         everything: dict[str, str] = {}
