@@ -1,22 +1,29 @@
 """The identifier ledger's shortcuts change nothing it decides: a pattern skipped in a text
-without what its matches must hold, string content read without walking blocks, a page's
-estimate that stops when nothing more fits or measures a task's line only when it might
-fit, a page wanted whole that is not weighed when the room cannot hold every id. Each is
-held against the straightforward way, alone and through whole sessions."""
+without what its matches must hold, patterns searched as rewrites that open with what a
+match starts with (ids found from a digit beside a letter, paths after an edge, amounts
+without a currency sign in their decimal form), a short text without anything a value holds
+read with one search, a text's values cut into lines in one pass, string content read
+without walking blocks, a page's estimate that stops when nothing more fits or measures a
+task's line only when it might fit (and once per entry), a page wanted whole that is not
+weighed when the room cannot hold every id, whether the view shows a value asked once per
+value. Each is held against the straightforward way, alone and through whole sessions."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
+from bisect import bisect_right
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from contextfold import ContextFold, ContextLengthError, identifiers, ledger
+from contextfold.compaction import planner
 from contextfold.conventions import stamp_timestamp
 from contextfold.history import History
 from contextfold.ledger import (
@@ -60,16 +67,135 @@ FIRST_GATES = {
 
 
 def ungated(patch: pytest.MonkeyPatch) -> None:
-    """Every pattern searched where it was before the gates."""
-    patch.setattr(
-        identifiers,
-        "_SEARCHED",
-        tuple(
-            (kind, pattern, FIRST_GATES[kind][0], None, FIRST_GATES[kind][1])
-            for kind, pattern in identifiers.PATTERNS
-        ),
+    """Every pattern, as defined, searched where it was before the gates, in short texts
+    and long ones."""
+    searched = tuple(
+        (kind, pattern, None, FIRST_GATES[kind][0], None, FIRST_GATES[kind][1])
+        for kind, pattern in identifiers.PATTERNS
     )
+    patch.setattr(identifiers, "_SEARCHED", searched)
+    patch.setattr(identifiers, "_SEARCHED_SHORT", searched)
     patch.setattr(identifiers, "_may_hold_number", lambda text, digits: True)
+    patch.setattr(identifiers, "_FAST_NUMBER", identifiers._NUMBER)
+    patch.setattr(identifiers, "_holds_none", lambda text: False)
+
+
+# Pieces of what the patterns look for, and of what sits at their edges, to join at random:
+# ids, amounts, dates, paths, URLs, emails, quoted names, Unicode letters and digits.
+PIECES = [
+    *"aZ09 7.,-/:@#$€£¥'\"“”_\n٣x~%+hH\tTé",
+    "http",
+    "https://",
+    "://",
+    "2026-01-02",
+    "12/3/2026",
+    "T10:00:00Z",
+    "+02:00",
+    "ORD-",
+    "..",
+    "./",
+    "~/",
+    "x.csv",
+    "12345",
+    "1,250.00",
+    ".5",
+    "a@b.co",
+    "call_1",
+    "/srv/a",
+    "٣٣٣٣٣",
+    "a:1",
+    "#12",
+    "Ünïcødé",
+]
+joined = st.lists(st.sampled_from(PIECES), max_size=24).map("".join)
+
+
+def spans_as_defined(pattern: re.Pattern[str], text: str) -> list[tuple[int, int]]:
+    return [match.span() for match in pattern.finditer(text)]
+
+
+def spans_as_searched(kind: str, text: str) -> list[tuple[int, int]]:
+    """Where the reader finds a kind's matches: its rewritten pattern, or its finder."""
+    searched = {k: (pattern, finder) for k, pattern, finder, *_gate in identifiers._SEARCHED}
+    pattern, finder = searched[kind]
+    return finder(text) if finder is not None else spans_as_defined(pattern, text)
+
+
+@settings(max_examples=600, deadline=None)
+@given(text=joined | texts)
+def test_each_rewritten_pattern_matches_where_its_definition_does(text: str) -> None:
+    for kind, pattern in identifiers.PATTERNS:
+        assert spans_as_searched(kind, text) == spans_as_defined(pattern, text), kind
+    assert spans_as_defined(identifiers._FAST_NUMBER, text) == spans_as_defined(
+        identifiers._NUMBER, text
+    )
+
+
+def straightforward_line_values(text: str) -> list[list[str]]:
+    """Each line's values as first written: the patterns as defined, every number looked
+    for, each value's line found by a binary search of the line breaks."""
+    found: dict[str, str] = {}
+    positions: dict[str, int] = {}
+    with pytest.MonkeyPatch.context() as patch:
+        ungated(patch)
+        taken = identifiers.spans(text, found, positions)
+    for match in identifiers._NUMBER.finditer(text):
+        start, end = match.span()
+        if not taken.overlaps(start, end) and match.group() not in found:
+            found[match.group()] = "number"
+            positions[match.group()] = start
+    breaks = [at for at, character in enumerate(text) if character == "\n"]
+    lines: dict[int, list[tuple[int, str]]] = {}
+    for value, start in positions.items():
+        lines.setdefault(bisect_right(breaks, start), []).append((start, value))
+    return [[value for _start, value in sorted(lines[line])] for line in sorted(lines)]
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=joined | texts)
+# An amount may start at a line break (after its currency sign): it is on the next line.
+@example(text="ORD-12345 paid $\n125 on\n\n2026-01-02 and $ 7.50\nhere")
+def test_values_are_cut_into_the_lines_they_start_on(text: str) -> None:
+    assert identifiers._line_values(text) == straightforward_line_values(text)
+
+
+# Short texts of what sits near values without being one: most hold none, some barely one.
+near_values = st.text(alphabet="aZx09٣ _:#-.,\n", max_size=40) | st.lists(
+    st.sampled_from(["item", " ", "7", "42", "٣", "-", ":", "x1", "a_", "#", "\n", ".", ","]),
+    max_size=12,
+).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=near_values | joined)
+def test_a_short_text_without_what_a_value_holds_is_read_as_holding_none(text: str) -> None:
+    assert identifiers._line_values(text) == straightforward_line_values(text)
+    found: dict[str, str] = {}
+    identifiers.spans(text, found)
+    with pytest.MonkeyPatch.context() as patch:
+        ungated(patch)
+        everything: dict[str, str] = {}
+        identifiers.spans(text, everything)
+    assert found == everything
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=joined, short=st.sampled_from([identifiers.SHORT_TEXT_CHARS, 0]))
+def test_the_reader_reads_what_the_defined_patterns_read(text: str, short: int) -> None:
+    found: dict[str, str] = {}
+    positions: dict[str, int] = {}
+    with pytest.MonkeyPatch.context() as patch:
+        # Short: the texts drawn here are read as long ones are (the rewrites and finders).
+        patch.setattr(identifiers, "SHORT_TEXT_CHARS", short)
+        identifiers.spans(text, found, positions)
+        rows = identifiers._text_rows(text)
+    with pytest.MonkeyPatch.context() as patch:
+        ungated(patch)
+        everything: dict[str, str] = {}
+        every_position: dict[str, int] = {}
+        identifiers.spans(text, everything, every_position)
+        assert (found, positions) == (everything, every_position)
+        assert rows == identifiers._text_rows(text)
 
 
 @settings(max_examples=400, deadline=None)
@@ -278,6 +404,28 @@ async def views(messages: list[dict[str, Any]], budgets: list[int]) -> list[Any]
     return seen
 
 
+def straightforward_shown_by(work: Any) -> Any:
+    """Whether the view shows a value, as first written: asked afresh each time, the
+    holders oldest first."""
+    uses, state, entries = work.uses, work.state, work.history.entries
+
+    def shows(value: str) -> bool:
+        holders = uses.holders(value)
+        if len(holders) > ledger.MAX_HOLDERS:
+            return True
+        for holder in holders:
+            if entries[holder].unit in state.removed_units:
+                continue
+            swap = state.truncated.get(holder)
+            if swap is None or holder not in state.shortened:
+                return True
+            if value in planner._text_of(swap[0]):
+                return True
+        return False
+
+    return shows
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     messages=valued_sessions(),
@@ -297,5 +445,6 @@ def test_sessions_get_the_same_views_and_ledgers_without_the_shortcuts(
         patch.setattr(identifiers, "_cached_rows", identifiers._text_rows)
         patch.setattr(ledger, "_chosen", straightforward_chosen)
         patch.setattr(ledger, "_fitted_page", page_without_cover)
+        patch.setattr(planner, "_shown_by", straightforward_shown_by)
         slow = asyncio.run(views(messages, budgets))
     assert fast == slow

@@ -370,12 +370,22 @@ def _shown_by(work: WorkingView) -> Callable[[str], bool]:
     state, entries = work.state, work.history.entries
     removed, truncated = state.removed_units, state.truncated
     texts: dict[int, str] = {}
+    # The view does not change while the pass asks: each value is answered once (a value in
+    # many messages taken out is asked once per message), and the holders newest first (a
+    # holder still in the view is most often a recent one: the answer comes at the first).
+    answers: dict[str, bool] = {}
 
     def shows(value: str) -> bool:
+        answer = answers.get(value)
+        if answer is None:
+            answer = answers[value] = _shows(value)
+        return answer
+
+    def _shows(value: str) -> bool:
         holders = uses.holders(value)
         if len(holders) > MAX_HOLDERS:
             return True
-        for holder in holders:
+        for holder in reversed(holders):
             if entries[holder].unit in removed:
                 continue
             swap = truncated.get(holder)
