@@ -581,26 +581,14 @@ def _spans(
                         positions[value] = start
             taken.settle()
             continue
-        if finder is not None:
-            for start, end in finder(text):
-                if overlaps is not None and overlaps(start, end):
-                    continue
-                value = text[start:end].strip().rstrip(".,;:!?")
-                if kind == "amount":
-                    value = value.strip()
-                add(start, end)
-                if value not in found:
-                    found[value] = kind
-                    if positions is not None:
-                        positions[value] = start
-            taken.settle()
-            continue
-        for match in pattern.finditer(text):
-            start, end = match.span()
+        found_spans = (
+            finder(text) if finder is not None else (m.span() for m in pattern.finditer(text))
+        )
+        for start, end in found_spans:
             if overlaps is not None and overlaps(start, end):
                 continue
             # An amount's match may open with a space after its currency sign.
-            value = match.group().strip().rstrip(".,;:!?")
+            value = text[start:end].strip().rstrip(".,;:!?")
             if kind == "amount":
                 value = value.strip()
             add(start, end)
