@@ -117,6 +117,12 @@ class History:
     digest_lines: dict[tuple[int, int], list[str]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    # The length of a task's line on a ledger page, by the index of its prompt: a message
+    # never changes, so a page's estimate (hundreds of tasks, every repack of every pass)
+    # measures each once. Kept by `ledger`.
+    task_line_costs: dict[int, int] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __len__(self) -> int:
         return len(self.entries)

@@ -915,22 +915,11 @@ def _task_line_cost(history: History, task: int | None) -> int:
         return len(NO_TASK_LINE) + 1
     if task == OTHER_TASKS:
         return len(OTHER_TASKS_LINE) + 1
-    entry = history.entries[task]
-    # A history's entries are never replaced nor edited: a task's line is measured once
-    # (a page's estimate weighs hundreds of tasks, every repack of every pass). The entry
-    # is held beside its figure, so its id cannot be reused by another while kept.
-    known = _LINE_COSTS.get(id(entry))
-    if known is not None and known[0] is entry and known[1] == task:
-        return known[2]
-    cost = len(_named_task(task, _prompt_text(entry.message))) + 1
-    if len(_LINE_COSTS) >= MAX_KEPT_LINE_COSTS:
-        _LINE_COSTS.clear()
-    _LINE_COSTS[id(entry)] = (entry, task, cost)
-    return cost
-
-
-MAX_KEPT_LINE_COSTS = 8192
-_LINE_COSTS: dict[int, tuple[Any, int, int]] = {}
+    known = history.task_line_costs.get(task)
+    if known is None:
+        message = history.entries[task].message
+        known = history.task_line_costs[task] = len(_named_task(task, _prompt_text(message))) + 1
+    return known
 
 
 NO_TASK_LINE = "before the first task:"
