@@ -539,6 +539,34 @@ def spans(text: str, found: dict[str, str], positions: dict[str, int] | None = N
     return _spans(text, found, positions, _ASCII_DIGIT.search(text) is not None)
 
 
+def _quoted_hits(pattern: re.Pattern[str], text: str) -> Iterator[tuple[int, int, str]]:
+    """Each quoted value's span and value: a quote whose inside is a value."""
+    for match in pattern.finditer(text):
+        # One group matched: the quotes' inside. Without a capital, a digit or one of
+        # ``._/@:#-`` it is no value (`whole_value`), whatever it overlaps.
+        inner = match[match.lastindex or 0]
+        if _IDENTIFIER_MARK.search(inner) is None:
+            continue
+        value = inner.strip()
+        if whole_value(value):
+            start, end = match.span()
+            yield start, end, value
+
+
+def _plain_hits(
+    text: str,
+    kind: str,
+    finder: Callable[[str], list[tuple[int, int]]] | None,
+    pattern: re.Pattern[str],
+) -> Iterator[tuple[int, int, str]]:
+    """Each match's span and value, from the kind's finder when it has one (`_SEARCHED`)."""
+    found_spans = finder(text) if finder is not None else (m.span() for m in pattern.finditer(text))
+    for start, end in found_spans:
+        # An amount's match may open with a space after its currency sign.
+        value = text[start:end].strip().rstrip(".,;:!?")
+        yield start, end, value.strip() if kind == "amount" else value
+
+
 def _spans(
     text: str, found: dict[str, str], positions: dict[str, int] | None, digits: bool
 ) -> _Taken:
@@ -561,36 +589,14 @@ def _spans(
         # What the first pattern run finds overlaps nothing: no range is taken yet.
         overlaps = taken.overlaps if taken.starts else None
         add = taken.add
-        if kind == "quoted":
-            for match in pattern.finditer(text):
-                # One group matched: the quotes' inside. Without a capital, a digit or one
-                # of ``._/@:#-`` it is no value (`whole_value`), whatever it overlaps.
-                inner = match[match.lastindex or 0]
-                if _IDENTIFIER_MARK.search(inner) is None:
-                    continue
-                value = inner.strip()
-                if not whole_value(value):
-                    continue
-                start, end = match.span()
-                if overlaps is not None and overlaps(start, end):
-                    continue
-                add(start, end)
-                if value not in found:
-                    found[value] = kind
-                    if positions is not None:
-                        positions[value] = start
-            taken.settle()
-            continue
-        found_spans = (
-            finder(text) if finder is not None else (m.span() for m in pattern.finditer(text))
+        hits = (
+            _quoted_hits(pattern, text)
+            if kind == "quoted"
+            else _plain_hits(text, kind, finder, pattern)
         )
-        for start, end in found_spans:
+        for start, end, value in hits:
             if overlaps is not None and overlaps(start, end):
                 continue
-            # An amount's match may open with a space after its currency sign.
-            value = text[start:end].strip().rstrip(".,;:!?")
-            if kind == "amount":
-                value = value.strip()
             add(start, end)
             if value not in found:
                 found[value] = kind
