@@ -28,6 +28,7 @@ from contextfold.cli.errors import (
     OutputError,
 )
 from contextfold.cli.files import DEFAULT_MAX_INPUT_BYTES
+from contextfold.cli.numbers import positive_int
 
 __all__ = [
     "DEMO_WINDOW_FOR_DEFAULT_RESULTS",
@@ -80,16 +81,6 @@ def _version() -> str:
         return "0.0.0"
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text.replace("_", "").replace(",", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
-    return value
-
-
 def _non_negative_int(text: str) -> int:
     try:
         value = int(text)
@@ -126,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--window",
-        type=_positive_int,
+        type=positive_int,
         default=16_000,
         metavar="TOKENS",
         help=f"the model's context window in tokens (default 16000). Below {MIN_DEMO_WINDOW} is "
@@ -136,14 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--steps",
-        type=_positive_int,
+        type=positive_int,
         default=80,  # cli.demo.DEFAULT_STEPS (not imported here: it loads the kernel)
         metavar="N",
         help="tool-using steps before the final answer (default 80)",
     )
     demo.add_argument(
         "--result-chars",
-        type=_positive_int,
+        type=positive_int,
         default=3_000,  # cli.demo.DEFAULT_RESULT_CHARS
         metavar="CHARS",
         help="characters each lookup result returns (default 3000; at least 200)",
@@ -196,21 +187,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.add_argument(
         "--window",
-        type=_positive_int,
+        type=positive_int,
         metavar="TOKENS",
         help="the model's context window in tokens (default: none; the budget then comes from "
         "max_tokens, else max_tokens_fallback=200000)",
     )
     replay.add_argument(
         "--max-output-tokens",
-        type=_positive_int,
+        type=positive_int,
         default=4096,
         metavar="TOKENS",
         help="the model's output reserve, with --window (default 4096)",
     )
     replay.add_argument(
         "--max-bytes",
-        type=_positive_int,
+        type=positive_int,
         default=DEFAULT_MAX_INPUT_BYTES,
         metavar="BYTES",
         help=f"refuse a conversation file larger than this (default {DEFAULT_MAX_INPUT_BYTES:,}"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from contextfold.cli.numbers import whole_number
+
 # Mirrors of the library's defaults (not imported: that would load the context manager
 # for --help); test_cli_eval holds them equal.
 DEFAULT_WINDOWS = (4_000, 8_000, 16_000)
@@ -164,10 +166,7 @@ def _positive_int(text: str) -> int:
 
 
 def _whole_number(text: str) -> int:
-    try:
-        value = int(text.replace("_", "").replace(",", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    value = whole_number(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {text!r}")
     return value

@@ -23,6 +23,7 @@ from typing import Any
 
 from contextfold.cli.errors import InputError
 from contextfold.cli.files import display_path, write_output_file
+from contextfold.cli.numbers import whole_number
 from contextfold.cli.output import fail, write_stdout
 from contextfold.store.base import SessionStore, StoredSession, StoreError
 from contextfold.store.urls import store_from_url
@@ -110,10 +111,7 @@ async def _run(store: SessionStore, args: argparse.Namespace) -> tuple[int, str]
 
 
 def _window(text: str) -> int:
-    try:
-        value = int(text.replace("_", "").replace(",", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    value = whole_number(text)
     if value <= 4096:
         raise argparse.ArgumentTypeError(f"must be above the 4096-token reply reserve, got {text}")
     return value
