@@ -16,9 +16,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contextfold import ContextFold, ContextLengthError
+from contextfold import ContextFold
 from support import SYSTEM, human, prose, tool_round, unstamped
-from test_properties import check_view, configs, conversations
+from test_properties import check_view, configs, conversations, views_as_asked
 
 SONNET = "claude-sonnet-4-5"
 BUDGET = 12_000
@@ -147,18 +147,10 @@ def test_the_cost_planner_keeps_every_view_invariant_on_growing_conversations(
 ) -> None:
     async def run() -> None:
         ctx = ContextFold({**config, "planner": "cost", "prices": prices})
-        admitted: list[dict[str, Any]] = []
-        for message in history:
-            await ctx.add_message(message)
-            admitted.append(message)
-            if message["role"] != "assistant" and message is not history[-1]:
-                continue  # an orchestrator asks before each model call
-            try:
-                view = await ctx.get_messages_for_request(token_budget=budget)
-            except ContextLengthError:
-                continue
-            # The budget by a fresh recount, atomic groups, protected content intact.
-            check_view(ctx, admitted, unstamped(view), budget)
+        async for admitted, view in views_as_asked(ctx, history, budget):
+            if view is not None:
+                # The budget by a fresh recount, atomic groups, protected content intact.
+                check_view(ctx, admitted, unstamped(view), budget)
         assert unstamped(await ctx.get_messages()) == history
 
     asyncio.run(run())

@@ -80,6 +80,17 @@ def ungated(patch: pytest.MonkeyPatch) -> None:
     patch.setattr(identifiers, "_holds_none", lambda text: False)
 
 
+def read_ungated(text: str) -> tuple[dict[str, str], dict[str, int], object]:
+    """What the reader finds in ``text`` (values, where each starts, its lines) with every
+    shortcut undone: the straightforward reading the shortcuts are held to."""
+    found: dict[str, str] = {}
+    positions: dict[str, int] = {}
+    with pytest.MonkeyPatch.context() as patch:
+        ungated(patch)
+        identifiers.spans(text, found, positions)
+        return found, positions, identifiers._text_rows(text)
+
+
 # Pieces of what the patterns look for, and of what sits at their edges, to join at random:
 # ids, amounts, dates, paths, URLs, emails, quoted names, Unicode letters and digits.
 PIECES = [
@@ -172,11 +183,7 @@ def test_a_short_text_without_what_a_value_holds_is_read_as_holding_none(text: s
     assert identifiers._line_values(text) == straightforward_line_values(text)
     found: dict[str, str] = {}
     identifiers.spans(text, found)
-    with pytest.MonkeyPatch.context() as patch:
-        ungated(patch)
-        everything: dict[str, str] = {}
-        identifiers.spans(text, everything)
-    assert found == everything
+    assert found == read_ungated(text)[0]
 
 
 @settings(max_examples=300, deadline=None)
@@ -189,13 +196,7 @@ def test_the_reader_reads_what_the_defined_patterns_read(text: str, short: int) 
         patch.setattr(identifiers, "SHORT_TEXT_CHARS", short)
         identifiers.spans(text, found, positions)
         rows = identifiers._text_rows(text)
-    with pytest.MonkeyPatch.context() as patch:
-        ungated(patch)
-        everything: dict[str, str] = {}
-        every_position: dict[str, int] = {}
-        identifiers.spans(text, everything, every_position)
-        assert (found, positions) == (everything, every_position)
-        assert rows == identifiers._text_rows(text)
+    assert (found, positions, rows) == read_ungated(text)
 
 
 @settings(max_examples=400, deadline=None)
@@ -205,13 +206,7 @@ def test_a_gated_search_finds_what_every_pattern_finds(text: str) -> None:
     positions: dict[str, int] = {}
     identifiers.spans(text, found, positions)
     rows = identifiers._text_rows(text)
-    with pytest.MonkeyPatch.context() as patch:
-        ungated(patch)
-        everything: dict[str, str] = {}
-        every_position: dict[str, int] = {}
-        identifiers.spans(text, everything, every_position)
-        assert (found, positions) == (everything, every_position)
-        assert rows == identifiers._text_rows(text)
+    assert (found, positions, rows) == read_ungated(text)
 
 
 @settings(max_examples=200, deadline=None)

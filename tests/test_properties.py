@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from collections.abc import AsyncIterator
 from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
@@ -241,21 +242,34 @@ def test_one_shot_views_keep_every_invariant(history, budget, config) -> None:
     asyncio.run(run())
 
 
+async def views_as_asked(
+    ctx: ContextFold, history: list[dict[str, Any]], budget: int
+) -> AsyncIterator[tuple[list[dict[str, Any]], list[dict[str, Any]] | None]]:
+    """Admit ``history`` one message at a time, asking for a view where an orchestrator
+    would (after each assistant turn and at the end): the messages admitted so far and the
+    view, or None where the request raised `ContextLengthError`."""
+    admitted: list[dict[str, Any]] = []
+    for message in history:
+        await ctx.add_message(message)
+        admitted.append(message)
+        if message["role"] != "assistant" and message is not history[-1]:
+            continue
+        try:
+            view = await ctx.get_messages_for_request(token_budget=budget)
+        except ContextLengthError:
+            yield admitted, None
+            continue
+        yield admitted, view
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(history=conversations(), budget=st.integers(2_000, 20_000), config=configs)
 def test_growing_conversation_views_are_valid_and_prefix_stable(history, budget, config) -> None:
     async def run() -> None:
         ctx = ContextFold(config)
         previous: list[dict] | None = None
-        admitted: list[dict] = []
-        for message in history:
-            await ctx.add_message(message)
-            admitted.append(message)
-            if message["role"] != "assistant" and message is not history[-1]:
-                continue  # an orchestrator asks before each model call
-            try:
-                view = await ctx.get_messages_for_request(token_budget=budget)
-            except ContextLengthError:
+        async for admitted, view in views_as_asked(ctx, history, budget):
+            if view is None:
                 previous = None
                 continue
             check_view(ctx, admitted, unstamped(view), budget)

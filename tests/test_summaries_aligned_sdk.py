@@ -22,6 +22,7 @@ from contextfold.formats import anthropic as anthropic_format
 from contextfold.formats import openai_chat
 from contextfold.summaries import anthropic_summarizer, openai_summarizer
 from support import tool_round
+from test_summaries_adapters import mock_client, openai_reply
 
 try:  # the SDKs' HTTP library (renamed httpx2 in their newer releases)
     import httpx2 as httpx
@@ -82,43 +83,34 @@ class Server:
                     "usage": {"input_tokens": 100, "output_tokens": 20},
                 },
             )
-        return httpx.Response(
-            200,
-            json={
-                "id": "chatcmpl-1",
-                "object": "chat.completion",
-                "created": 1_764_000_000,
-                "model": "gpt-4.1",
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": text},
-                        "finish_reason": "stop",
-                    }
-                ],
-                "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
-            },
-        )
+        return httpx.Response(200, json=openai_reply(text, "stop"))
 
     def http(self) -> Any:
-        return httpx.AsyncClient(transport=httpx.MockTransport(self.handle))
+        return mock_client(self.handle)
 
 
-def sent_before_instruction(summary: bytes) -> dict[str, Any]:
-    """A summary request without its last message: what must repeat a conversation request."""
-    body = json.loads(summary)
-    assert INSTRUCTION in json.dumps(body["messages"][-1])
-    body["messages"] = body["messages"][:-1]
-    body.pop("max_tokens", None)
-    body.pop("max_completion_tokens", None)
-    return body
-
-
-def conversation_request(body: bytes) -> dict[str, Any]:
+def without_limit(body: bytes) -> dict[str, Any]:
+    """A request as sent, less its output limit (a summary asks for its own)."""
     sent = json.loads(body)
     sent.pop("max_tokens", None)
     sent.pop("max_completion_tokens", None)
     return sent
+
+
+def summary_prefixes(context: ContextFold, server: Server) -> list[dict[str, Any]]:
+    """Each summary request less its instruction, checked to be a request the application
+    sent; every summary call was an aligned one."""
+    assert context.summary_stats.calls == len(server.summaries) >= 2
+    assert context.summary_stats.aligned == context.summary_stats.calls
+    sent = [without_limit(body) for body in server.conversation]
+    prefixes = []
+    for summary in server.summaries:
+        prefix = without_limit(summary)
+        assert INSTRUCTION in json.dumps(prefix["messages"][-1])
+        prefix["messages"] = prefix["messages"][:-1]
+        assert prefix in sent, "a summary request repeats no request the application sent"
+        prefixes.append(prefix)
+    return prefixes
 
 
 async def test_openai_summary_requests_repeat_a_sent_request_then_the_instruction() -> None:
@@ -138,12 +130,7 @@ async def test_openai_summary_requests_repeat_a_sent_request_then_the_instructio
         )
         await openai_chat.record_usage(context, response.usage)
 
-    assert context.summary_stats.calls == len(server.summaries) >= 2
-    assert context.summary_stats.aligned == context.summary_stats.calls
-    sent = [conversation_request(body) for body in server.conversation]
-    for summary in server.summaries:
-        prefix = sent_before_instruction(summary)
-        assert prefix in sent, "a summary request repeats no request the application sent"
+    for prefix in summary_prefixes(context, server):
         assert prefix["tools"] == OPENAI_TOOLS and prefix["model"] == "gpt-4.1"
 
 
@@ -172,12 +159,7 @@ async def test_anthropic_summary_requests_repeat_a_sent_request_breakpoints_incl
         )
         await anthropic_format.record_usage(context, response.usage)
 
-    assert context.summary_stats.calls == len(server.summaries) >= 2
-    assert context.summary_stats.aligned == context.summary_stats.calls
-    sent = [conversation_request(body) for body in server.conversation]
-    for summary in server.summaries:
-        prefix = sent_before_instruction(summary)
-        assert prefix in sent, "a summary request repeats no request the application sent"
+    for prefix in summary_prefixes(context, server):
         assert prefix["system"] == SYSTEM_PROMPT and prefix["tools"] == ANTHROPIC_TOOLS
         # The breakpoints the conversation's request carried are where the cache is read.
         assert "cache_control" in json.dumps(prefix["messages"])
