@@ -25,12 +25,12 @@ a value the user wrote; one an answer of the agent stated; one the agent wrote i
 whose result it then acted on (a lead it followed); in a tool result, a value the agent
 drew from later, or one on the same row as such a value (a row of at most
 `ITEM_ROW_VALUES`); then any value not one of many look-alikes (an id among forty ids of
-the same shape ranks low, even in what a task concluded on); newer before older. A result
-of hundreds of look-alike numbers (a one-line JSON quote with its averages, BFCL's 20,000-
-token results) filled the ledger with them: `contextfold eval`, BFCL tokens sent at 4k /
-8k / 16k 4.09 / 7.17 / 9.60M with them listed, 3.99 / 7.05 / 9.35M without (far facts in
-view or ledger 90 / 97 / 99% then, 89 / 96 / 97% now); long-horizon far facts in view or
-ledger 52 / 85 / 92% then, 62 / 82 / 93% now.
+the same shape ranks low; one of more than `PER_MESSAGE` of its shape in a message is not
+listed for being in what a task concluded on alone); newer before older. A result of
+hundreds of look-alike numbers (a one-line JSON quote with its averages, BFCL's 20,000-token
+results) filled the ledger with them: `contextfold eval`, BFCL tokens sent at 4k / 8k / 16k
+4.09 / 7.17 / 9.60M with them listed, 4.04 / 7.08 / 9.36M without (far facts in view or
+ledger 90 / 97 / 99% then, 89 / 96 / 97% now); the long-horizon figures are unchanged.
 """
 
 from __future__ import annotations
@@ -306,7 +306,9 @@ class ValueIndex:
                 lookalike = (
                     shapes is not None and not row_used and shapes[shape(value)] >= LOOKALIKES
                 )
-                score = min(concluding, 1) if lookalike else concluding + 1
+                score = concluding if lookalike else concluding + 1
+                if lookalike and shapes is not None and shapes[shape(value)] > PER_MESSAGE:
+                    score = min(score, 1)  # one of hundreds: not listed for that alone
                 if value in asked:
                     score += 4
                 if value in answered:
