@@ -1,17 +1,18 @@
 """A result too large for the window, once answered: cut to the form any old result has.
 
 When the newest call group's results do not fit the budget with the required core,
-`newest_results` shortens them as far as the budget needs: the model reads as much of
-them as the window holds, for the request that sends them back. Carried on like that, such
-a result keeps every later request at the budget: protection holds it as a recent result,
-and a pass that could not reach its target waits for the hard limit before it runs again
-(`contextfold eval`, BFCL at 16,000 tokens: two or three more requests of some 15,700
-tokens after each of 42 results of 20,000, where naive drop-oldest refuses the one request
-and then sends a few hundred tokens). So once the agent has answered it (its group is no
-longer the one the request sends back, nor the last unit), the next request runs a pass,
-and the pass first cuts the result to ``truncate_chars``, its head and a marker naming its
-recall id, as old results are cut, whatever protects it; its values go to the ledger as
-any shortened result's do (nothing is silently lost). The call and its result stay paired.
+`newest_results` shortens them, for the request that sends them back. Carried on like
+that, such a result would stay in every later request: protection holds it as a recent
+result, and a pass that could not reach its target waits for the hard limit before it runs
+again (`contextfold eval`, BFCL at 16,000 tokens, when it was shortened to fill the window:
+two or three more requests of some 15,700 tokens after each of 42 results of 20,000, where
+naive drop-oldest refuses the one request and then sends a few hundred tokens). So once the
+agent has answered it (its group is no longer the one the request sends back, nor the last
+unit), the next request runs one pass (``compacted_by: oversized``; not again if it finds
+nothing worth committing), and the pass first cuts the result to ``truncate_chars``, its
+head and a marker naming its recall id, as old results are cut, whatever protects it; its
+values go to the ledger as any shortened result's do (nothing is silently lost). The call
+and its result stay paired.
 
 A result carried this way is recognised by the view's records alone: a tool result the
 view holds in another form that no rung marked shortened or stripped (the rungs that

@@ -271,9 +271,9 @@ def run_pass(
         work.protection = protect()
         work.limit_raw = budget_raw
         level = max(level, _run_ladder(work, ladder, budget_raw, budget_raw, protect))
-    # Still over the budget: the newest group's results are shortened in the view (see
-    # `newest_results`),
-    # as far as the budget needs and to their share of it, before the request is refused.
+    # Still over the budget: the newest group's results are shortened in the view, as far
+    # as the budget needs and to their share of it (see `newest_results`), before the
+    # request is refused.
     results_raw = math.floor(budget_raw * RESULTS_SHARE)
     if work.raw_total > budget_raw and shorten_newest_results(work, budget_raw, results_raw):
         relaxation = Relaxation.NEWEST_RESULTS_SHORTENED
