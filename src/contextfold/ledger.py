@@ -23,8 +23,14 @@ by id returns any message whole).
 Ranking, most likely needed first, from what the conversation itself shows (`ValueIndex`):
 a value the user wrote; one an answer of the agent stated; one the agent wrote in a call
 whose result it then acted on (a lead it followed); in a tool result, a value the agent
-drew from later, or one on the same row as such a value; then any value not one of many
-look-alikes (an id among forty ids of the same shape ranks low); newer before older.
+drew from later, or one on the same row as such a value (a row of at most
+`ITEM_ROW_VALUES`); then any value not one of many look-alikes (an id among forty ids of
+the same shape ranks low; one of more than `PER_MESSAGE` of its shape in a message is not
+listed for being in what a task concluded on alone); newer before older. A result of
+hundreds of look-alike numbers (a one-line JSON quote with its averages, BFCL's 20,000-token
+results) filled the ledger with them: `contextfold eval`, BFCL tokens sent at 4k / 8k / 16k
+4.09 / 7.17 / 9.60M with them listed, 4.04 / 7.08 / 9.36M without (far facts in view or
+ledger 90 / 97 / 99% then, 89 / 96 / 97% now); the long-horizon figures are unchanged.
 """
 
 from __future__ import annotations
@@ -77,6 +83,9 @@ MAX_REMEMBERED = 200_000
 
 _RUN = re.compile(r"[A-Za-z0-9]+")
 LOOKALIKES = 4  # this many values of one shape in a message make a list of look-alikes
+# A row of more values than this is a listing of its own (a one-line JSON document, its
+# arrays), not the row of one item: a value the agent drew from it lifts no other.
+ITEM_ROW_VALUES = 8
 
 
 def ledger_metadata() -> dict[str, Any]:
@@ -284,7 +293,7 @@ class ValueIndex:
             # A row of a listing the agent took a followed lead from (or the user named):
             # the row of the item chosen, not one more look-alike.
             row_used = False
-            if not assistant:
+            if not assistant and len(row) <= ITEM_ROW_VALUES:
                 for v in row:
                     if (
                         asked.get(v, -1) > source
@@ -298,6 +307,8 @@ class ValueIndex:
                     shapes is not None and not row_used and shapes[shape(value)] >= LOOKALIKES
                 )
                 score = concluding if lookalike else concluding + 1
+                if lookalike and shapes is not None and shapes[shape(value)] > PER_MESSAGE:
+                    score = min(score, 1)  # one of hundreds: not listed for that alone
                 if value in asked:
                     score += 4
                 if value in answered:

@@ -39,6 +39,7 @@ class RequestReport:
     # What this request's input costs by the cost model (`costing`), read from the cache
     # where it repeats the one before, at `prices` (the config's, else the model's family,
     # else Anthropic's reference); and why a pass ran: "trigger", "budget", "retained",
+    # "oversized" (a result shortened to fit, answered since: see `compaction.oversized`),
     # "optimal_peak" or "cold_cache" (the cost planner's), "" when none did.
     cost_usd: float = 0.0
     prices: str = ""

@@ -346,6 +346,7 @@ class RequestPlanner:
             else "retained" if restore
             else "pins" if repin
             else "trigger" if messages_size > fires_at
+            else "oversized" if sticky.carries_answered(history)
             else ""
         )  # fmt: skip
         cost_planned = self.cost_planned and not hard_fit
@@ -354,7 +355,7 @@ class RequestPlanner:
         if cost_planned and not reason:
             reason = self.cost_reason(state, prices, (messages_size, fires_at, target, head), now)
         # A pass the budget forces is the threshold planner's: deep would not pay there.
-        cost_planned = cost_planned and reason not in ("budget", "retained", "pins")
+        cost_planned = cost_planned and reason not in ("budget", "retained", "pins", "oversized")
         if reason:
 
             def raw(tokens: int) -> int:
@@ -425,6 +426,9 @@ class RequestPlanner:
             after_estimate = math.ceil(delivered_raw * ratio) + fixed
         else:
             after_estimate = estimate
+        if reason == "oversized":
+            # Once: a pass that found nothing worth committing is not asked again for it.
+            sticky.carried_unit = None
         if result is None:
             sticky.cadence.waited()
         if self.cost_planned:

@@ -10,6 +10,14 @@ a marker naming the recall id and the offset where the left-out middle starts, s
 can read the rest with ``context_recall``. The call and its answer stay paired; the
 assistant turn (and its signed thinking) is not touched; history keeps the result whole.
 Only when even the shortened group cannot fit is the request refused.
+
+Shortened, the results keep at most `RESULTS_SHARE` of the budget, however much room is
+left: the model reads them for this request only (once answered, a pass cuts them further,
+see `oversized`), and what it needs of the rest it recalls by offset. Filling the window
+instead made this request and the next ones as large as the window (`contextfold eval`,
+BFCL, 42 results of 20,000 tokens: tokens sent at 4k / 8k / 16k 4.09 / 7.17 / 9.60M
+instead of 4.39 / 7.45 / 10.13M, near facts in view 2,688 / 2,726 / 2,730 instead of
+2,694 / 2,725 / 2,730).
 """
 
 from __future__ import annotations
@@ -25,11 +33,16 @@ NAME = "newest_results_shortened"  # the change's name in `applied` and `changed
 _ATTEMPTS = 6
 # What a result keeps at least (a result that cannot keep this much is not worth sending).
 MIN_KEEP_CHARS = 200
+# The share of the budget the newest group's shortened results keep at most, together.
+RESULTS_SHARE = 0.05
 
 
-def shorten_newest_results(work: WorkingView, budget_raw: int) -> bool:
+def shorten_newest_results(
+    work: WorkingView, budget_raw: int, results_raw: int | None = None
+) -> bool:
     """Shorten the newest group's tool results until the view's raw total is within
-    ``budget_raw``, largest first; True if any was shortened."""
+    ``budget_raw`` and, given ``results_raw``, the results' own total within that when they
+    can keep so little, largest first; True if any was shortened."""
     history = work.history
     entries = history.entries
     required = (REASON_CURRENT_GROUP, REASON_CURRENT_TURN)
@@ -40,6 +53,17 @@ def shorten_newest_results(work: WorkingView, budget_raw: int) -> bool:
         and entries[index].info.kind is Kind.TOOL_RESULT
         and not work.is_removed(index)
     ]
+    if results_raw is not None:
+        capped = work.raw_total - sum(work.current(i)[1] for i in results) + results_raw
+        if capped < budget_raw and _shorten(work, results, capped):
+            return True
+    return _shorten(work, results, budget_raw)
+
+
+def _shorten(work: WorkingView, results: list[int], budget_raw: int) -> bool:
+    """Shorten ``results``, largest first, until the view's raw total is within
+    ``budget_raw``; True if any was shortened (an attempt may leave it above: the caller
+    checks)."""
     shortened = False
     for index in sorted(results, key=lambda i: work.current(i)[1], reverse=True):
         excess = work.raw_total - budget_raw

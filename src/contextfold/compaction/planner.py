@@ -6,6 +6,7 @@ changes nothing it was given: it returns a new FoldState for the manager to comm
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,8 +14,9 @@ from typing import Any
 from ..history import History
 from ..ledger import MAX_HOLDERS, LedgerPlan, ValueIndex, extend, shrunk, taken_values
 from ..tokens import TokenCounter
-from .newest_results import shorten_newest_results
+from .newest_results import RESULTS_SHARE, shorten_newest_results
 from .notice import build_notice
+from .oversized import cut_answered
 from .protection import Protection, compute_protection
 from .relaxation import Relaxation
 from .rungs import DEFAULT_LADDER, Rung, TruncateToolResults
@@ -218,8 +220,10 @@ def run_pass(
     if plan.deep and plan.hold_raw is not None:
         room_raw = plan.hold_raw  # the configured band's middle: a deep target is 0
     goal_raw = max(0, min(room_raw, budget_raw - header_cost))
+    # A result shortened to fit while its group was the newest, answered since, is cut
+    # first, whatever protects it (see `oversized`).
+    level = TruncateToolResults.level if cut_answered(work, (*retained, *history.pins)) else 0
     started_above_limit = work.raw_total > limit_raw
-    level = 0
     current_task = history.last_human
     if settings.older_tasks_first and current_task is not None:
         # What costs the model nothing (earlier turns' thinking, level 0) goes first, from
@@ -268,8 +272,10 @@ def run_pass(
         work.limit_raw = budget_raw
         level = max(level, _run_ladder(work, ladder, budget_raw, budget_raw, protect))
     # Still over the budget: the newest group's results are shortened in the view, as far
-    # as the budget needs, before the request is refused.
-    if work.raw_total > budget_raw and shorten_newest_results(work, budget_raw):
+    # as the budget needs and to their share of it (see `newest_results`), before the
+    # request is refused.
+    results_raw = math.floor(budget_raw * RESULTS_SHARE)
+    if work.raw_total > budget_raw and shorten_newest_results(work, budget_raw, results_raw):
         relaxation = Relaxation.NEWEST_RESULTS_SHORTENED
         level = max(level, TruncateToolResults.level)
     if work.raw_total > budget_raw and state.ledger.cost:

@@ -16,6 +16,7 @@ from typing import Any
 from ..history import Appended, History
 from ..ledger import ValueIndex
 from .cadence import Cadence
+from .oversized import answered, newest_carried_unit
 from .planner import PassResult, assemble_view, view_raw_total
 from .working import FoldState
 
@@ -46,6 +47,9 @@ class StickyView:
     # The pins this view was planned with: a pin added since, on a message the view has
     # compacted, makes the next request plan again to bring it back.
     pins_seen: frozenset[int] = frozenset()
+    # The unit of the newest result the view carries as the newest group's results are
+    # shortened to fit (see `oversized`): once it is answered, the next request runs a pass.
+    carried_unit: int | None = None
 
     @classmethod
     def fresh(cls, history: History) -> StickyView:
@@ -78,6 +82,7 @@ class StickyView:
         self.stale = False
         self.removed_messages = self.state.removed_messages
         self.pins_seen = frozenset(history.pins)
+        self.carried_unit = newest_carried_unit(history, self.state)
 
     def restore(
         self,
@@ -96,8 +101,14 @@ class StickyView:
         self.removed_messages = state.removed_messages
         self.missed_target_at = missed_target_at
         self.summaries_adopted = state.summary_record is not None
+        self.carried_unit = newest_carried_unit(history, state)
         # The saved state may predate a pin: the next request checks them all.
         self.pins_seen = frozenset()
+
+    def carries_answered(self, history: History) -> bool:
+        """Whether the view carries a result shortened to fit as the newest group's that
+        has been answered since (then a pass cuts it, see `oversized`)."""
+        return self.carried_unit is not None and answered(history, self.carried_unit)
 
     def newly_pinned_out(self, history: History) -> bool:
         """Whether a message pinned since the last plan is compacted in this view (then a
