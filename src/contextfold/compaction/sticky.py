@@ -46,6 +46,10 @@ class StickyView:
     # The pins this view was planned with: a pin added since, on a message the view has
     # compacted, makes the next request plan again to bring it back.
     pins_seen: frozenset[int] = frozenset()
+    # How many history entries there were when the last pass was committed: what came after
+    # is the content a pass that keeps the cached prefix may edit (`PassPlan.edit_from`).
+    # None before any pass in this process.
+    passed_at_entry: int | None = None
 
     @classmethod
     def fresh(cls, history: History) -> StickyView:
@@ -78,6 +82,7 @@ class StickyView:
         self.stale = False
         self.removed_messages = self.state.removed_messages
         self.pins_seen = frozenset(history.pins)
+        self.passed_at_entry = len(history.entries)
 
     def restore(
         self,
@@ -98,6 +103,7 @@ class StickyView:
         self.summaries_adopted = state.summary_record is not None
         # The saved state may predate a pin: the next request checks them all.
         self.pins_seen = frozenset()
+        self.passed_at_entry = None
 
     def newly_pinned_out(self, history: History) -> bool:
         """Whether a message pinned since the last plan is compacted in this view (then a
