@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contextfold.compaction.cost_plan import decide, optimal_peak, rewrite_price
+from contextfold.compaction.cost_plan import (
+    PassOption,
+    cheapest_option,
+    decide,
+    optimal_peak,
+    rewrite_price,
+)
+from contextfold.compaction.cost_plan import cycle_cost as option_cost
 from contextfold.costing import PricedRequest, session_cost
 from contextfold.prices import prices_for
 
@@ -81,3 +88,69 @@ def test_the_trigger_is_a_hard_bound_and_nothing_compacts_to_no_gain(
         assert not decision.compact
     elif not warm:
         assert decision.compact and decision.reason == "cold_cache"
+
+
+# -- which pass: the cycle each option starts, by its cost ----------------------------------
+
+
+def test_a_cycle_costs_its_reads_and_its_rewrite_spread_over_its_requests() -> None:
+    sonnet = PRICES[0]
+    read, extra = sonnet.cache_read, sonnet.cache_write - sonnet.cache_read
+    option = PassOption("deep", after=6_000, kept=1_000)
+    # The next pass at the optimal peak for this floor and rewrite: the reads average the
+    # floor and the peak, the rewrite of 5,000 tokens is spread over the cycle's requests.
+    span = math.sqrt(2 * extra / read * 5_000 * 400)
+    expected = read * (6_000 + span / 2) + extra * 5_000 / (span / 400)
+    assert option_cost(sonnet, option, 400, trigger=100_000) == pytest.approx(expected)
+    # That is read x floor + sqrt(2 x read x extra x rewritten x growth).
+    closed = read * 6_000 + math.sqrt(2 * read * extra * 5_000 * 400)
+    assert option_cost(sonnet, option, 400, trigger=100_000) == pytest.approx(closed)
+    # The trigger comes first: the cycle ends there.
+    capped = read * (6_000 + 1_000 / 2) + extra * 5_000 / (1_000 / 400)
+    assert option_cost(sonnet, option, 400, trigger=7_000) == pytest.approx(capped)
+    # Over the trigger: the next request would compact again, never chosen.
+    assert option_cost(sonnet, option, 400, trigger=5_999) == math.inf
+    # No growth: only the reads count (the rewrite is spread over a cycle without end).
+    assert option_cost(sonnet, option, 0, trigger=100_000) == pytest.approx(read * 6_000)
+
+
+def test_a_pass_that_keeps_the_cached_prefix_wins_where_it_leaves_little_more() -> None:
+    sonnet, gpt = PRICES
+    deep = PassOption("deep", after=9_400, kept=1_100)
+    newest = PassOption("newest", after=10_700, kept=7_800)
+    # Rewriting 8,300 tokens to take out 1,300 more than the other option does not pay.
+    assert cheapest_option(sonnet, [deep, newest], 470, trigger=14_100) is newest
+    # Where it leaves much more, the deep pass wins: its reads are fewer on every request.
+    far = PassOption("newest", after=30_000, kept=28_000)
+    assert cheapest_option(sonnet, [deep, far], 470, trigger=40_000) is deep
+    # An option over the trigger is never chosen, and the first stands for equals.
+    over = PassOption("newest", after=15_000, kept=14_000)
+    assert cheapest_option(gpt, [deep, over], 470, trigger=14_100) is deep
+    assert cheapest_option(gpt, [deep, deep._replace(name="twin")], 470, 14_100) is deep
+    with pytest.raises(ValueError, match="at least one option"):
+        cheapest_option(sonnet, [], 470, 14_100)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    after=st.integers(0, 100_000),
+    kept=st.integers(0, 100_000),
+    more=st.integers(0, 50_000),
+    growth=st.floats(0, 5_000),
+    trigger=st.integers(1, 200_000),
+)
+def test_a_cycle_costs_more_the_more_it_rewrites_and_the_more_it_leaves(
+    after: int, kept: int, more: int, growth: float, trigger: int
+) -> None:
+    for prices in PRICES:
+        option = PassOption("a", after, min(kept, after))
+        cost = option_cost(prices, option, growth, trigger)
+        assert cost >= 0
+        # Keeping less of the prefix never makes a cycle cheaper...
+        rewrites_more = option._replace(kept=max(0, option.kept - more))
+        assert option_cost(prices, rewrites_more, growth, trigger) >= cost * (1 - 1e-9)
+        # ...nor leaving more of the view with the same prefix kept.
+        leaves_more = option._replace(after=after + more)
+        assert option_cost(prices, leaves_more, growth, trigger) >= cost * (1 - 1e-9)
+        if after > trigger:
+            assert cost == math.inf

@@ -21,12 +21,16 @@ from typing import Any
 from .budget import BudgetDecision, derive_budget
 from .compaction.cost_plan import (
     COST_PASS_TARGET,
+    PassOption,
     PeakRule,
     RequestSizes,
+    cheapest_option,
     plan_request,
     planner_prices,
+    request_growth,
 )
 from .compaction.floor import floor_error
+from .compaction.kept_prefix import kept_raw, message_costs
 from .compaction.planner import (
     PassPlan,
     PassResult,
@@ -370,22 +374,23 @@ class RequestPlanner:
             paced = target if hard_fit else sticky.cadence.target(messages_size, trigger, target)
             cost_planned = cost_planned and (paced == target or reason == "cold_cache")
             deep = COST_PASS_TARGET if cost_planned else paced
-            result, adopted = await self._pass(
-                state,
-                budget,
-                PassPlan(
-                    target_raw=raw(deep),
-                    limit_raw=raw(trigger if deep == target or cost_planned else deep),
-                    budget_raw=raw(budget),
-                    retained=retained,
-                    notice_reserve=reserve,
-                    values=sticky.values if cfg.ledger_share > 0 else None,
-                    ledger_raw=math.floor(self.ledger_room(budget) / ratio),
-                    deep=cost_planned,
-                    hold_raw=raw((paced + trigger) // 2) if cost_planned else None,
-                ),
-                request_raw,
+            pass_plan = PassPlan(
+                target_raw=raw(deep),
+                limit_raw=raw(trigger if deep == target or cost_planned else deep),
+                budget_raw=raw(budget),
+                retained=retained,
+                notice_reserve=reserve,
+                values=sticky.values if cfg.ledger_share > 0 else None,
+                ledger_raw=math.floor(self.ledger_room(budget) / ratio),
+                deep=cost_planned,
+                hold_raw=raw((paced + trigger) // 2) if cost_planned else None,
             )
+            result, adopted = await self._pass(state, budget, pass_plan, request_raw)
+            if cost_planned and reason != "cold_cache" and not adopted:
+                # Which pass: the deep one, or one that keeps the cached prefix, by what the
+                # cycle each starts costs (a cold cache keeps no prefix: deep, always).
+                sizes = PassSizes(messages_size, trigger, head, ratio, overhead)
+                result, head = self.cheapest_pass(state, budget, pass_plan, result, sizes)
             after_raw = result.raw_total + result.notice_cost + request_raw
             after = math.ceil(after_raw * ratio) + overhead
             if after > budget:
@@ -475,6 +480,59 @@ class RequestPlanner:
         warm = state.cache_watch.warm(prices.cache_lifetime, now, state.last_reading)
         return plan_request(rule, planned, warm)
 
+    def cheapest_pass(
+        self,
+        state: ContextState,
+        budget: int,
+        plan: PassPlan,
+        deep: PassResult,
+        sizes: PassSizes,
+    ) -> tuple[PassResult, int]:
+        """Of the deep pass and one that leaves the view as last sent alone up to what was
+        admitted since the last pass (it shortens the newest results only, the ledger and the
+        notice kept), the one whose cycle costs least at the planner's prices
+        (`cost_plan.cheapest_option`); with the view's leading tokens it leaves as they were,
+        in tokens (what the next request reads from the cache). Only where there was a pass
+        in this process and no summary is in play (the other pass would ask for one again)."""
+        history, sticky = state.history, state.sticky
+        edit_from = sticky.passed_at_entry
+        if edit_from is None or self.summaries is not None or plan.retained:
+            return deep, sizes.head
+        ladder = [r for r in sized_ladder(self.ladder, budget) if getattr(r, "level", 1) < 3]
+        newest = run_pass(
+            history,
+            sticky.state,
+            self.counter,
+            self.settings,
+            replace(
+                plan,
+                ladder=ladder,
+                sticky_raw=sticky.raw,
+                header_cost=self.header_cost(state),
+                edit_from=edit_from,
+                kept_notice=(sticky.notice, sticky.notice_cost),
+            ),
+        )
+        if not newest.changed:
+            return deep, sizes.head
+        sent = sticky.current(history)
+
+        def option(name: str, result: PassResult) -> PassOption:
+            view = assemble_view(history, result.state, result.notice)
+            costs = message_costs(history, result.state, result.notice, result.notice_cost)
+            kept = kept_raw(sent, view, costs)
+            return PassOption(name, sizes.tokens(result.raw_total), sizes.tokens(kept))
+
+        options = [option("deep", deep), option("newest", newest)]
+        cadence = sticky.cadence
+        growth = request_growth(
+            RequestSizes(sizes.size, sizes.trigger, 0, sizes.head, cadence.after, cadence.requests)
+        )
+        prices = self.prices(state.model)
+        best = cheapest_option(prices, options, growth, sizes.trigger)
+        chosen = deep if best is options[0] else newest
+        return chosen, max(sizes.head, best.kept)
+
     async def _pass(
         self, state: ContextState, budget: int, plan: PassPlan, request_raw: int
     ) -> tuple[PassResult, bool]:
@@ -517,6 +575,22 @@ class RequestPlanner:
                 folded = run_pass(history, base, self.counter, self.settings, plan)
             result = folded
         return result, adopted
+
+
+@dataclass(frozen=True, slots=True)
+class PassSizes:
+    """One request's sizes as `RequestPlanner.cheapest_pass` weighs its options by: the
+    view's messages, the trigger and the head in tokens, and how raw tokens of the view's
+    messages become tokens (the counter's ratio, and what rides on every request)."""
+
+    size: int
+    trigger: int
+    head: int
+    ratio: float
+    overhead: int
+
+    def tokens(self, raw: int) -> int:
+        return math.ceil(raw * self.ratio) + self.overhead
 
 
 def _looser_budget(tried: BudgetDecision, decision: BudgetDecision) -> BudgetDecision | None:

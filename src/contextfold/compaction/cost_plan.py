@@ -30,12 +30,21 @@ tool results, the head, the notice and the current task's working set are what i
 the configured band: a pass that saves reads by taking out the result the task reads next
 is no saving). A pass the budget forces (or a retained reminder) is the threshold planner's,
 rules and depth alike, and so is a pass where passes come every few requests anyway (the
-window small beside what a request adds: see `cadence`), unless the cache is cold.
+window small beside what a request adds: see `cadence`), unless the cache is cold. A deep
+pass also holds, against the same middle of the band, the earlier messages a later one drew
+a value from (`rungs.DropLeastUsed`): the ids the conversation keeps coming back to.
+
+Which pass: a pass rewrites everything after its first change, so one that edits only what
+was admitted since the last pass (the newest results, the ledger and the notice left as they
+were) keeps the cached prefix. `cycle_cost` prices the cycle each option starts, its reads
+and its rewrite (what it leaves past what it keeps of the view as last sent), and
+`cheapest_option` takes the cheaper one within the trigger.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -171,18 +180,76 @@ class RequestSizes(NamedTuple):
     requests_since: int  # requests delivered since then (or since the start)
 
 
+def request_growth(sizes: RequestSizes) -> float:
+    """What a request added to the view, on average, since the last pass (or the start:
+    from the head)."""
+    base = sizes.head if sizes.last_after is None else sizes.last_after
+    return max(0, sizes.size - base) / (sizes.requests_since + 1)
+
+
 def plan_request(rule: PeakRule, sizes: RequestSizes, warm: bool) -> str:
     """The cost model's decision for this request: the growth per request seen since the
     last pass (or the start), and the floor a pass is expected to reach (what the last one
     reached). Returns why to compact now, or "" to wait."""
     size, last_after = sizes.size, sizes.last_after
-    base = sizes.head if last_after is None else last_after
-    growth = max(0, size - base) / (sizes.requests_since + 1)
+    growth = request_growth(sizes)
     # Before any pass, the floor is unknown: expect the configured target (a pass later
     # rather than sooner), unless the cache is cold, when a pass rewrites nothing it would
     # have read and whatever it takes out is saved.
     after = last_after if last_after is not None else sizes.target if warm else sizes.head
     return rule.reason(size, growth, after, sizes.head, sizes.trigger, warm)
+
+
+class PassOption(NamedTuple):
+    """One way a pass could leave the view, in tokens: what it leaves (``after``), and how
+    much of the view as last sent it leaves as it was, from the start (``kept``: the next
+    request reads that from the cache and pays the rewrite price for the rest)."""
+
+    name: str
+    after: int
+    kept: int
+
+
+def cycle_cost(prices: Prices, option: PassOption, growth: float, trigger: int) -> float:
+    """What the requests of the cycle a pass starts cost on average, in the prices' units
+    per token (input price x tokens, per request): the reads of the view as it grows from
+    ``after`` to the next pass, plus the rewrite of what the pass changed (``after - kept``
+    at the rewrite price less the read it replaces), spread over the cycle's requests.
+
+    The next pass comes at the optimal peak for this floor and rewrite (see `optimal_peak`),
+    or at the ``trigger`` if that comes first; a view the pass leaves over the trigger would
+    compact again at once (infinite: never chosen). Without growth the rewrite is spread
+    over a cycle that never ends: only the reads count."""
+    if option.after > trigger:
+        return math.inf
+    read = prices.cache_read
+    extra = max(0.0, rewrite_price(prices) - read)
+    rewritten = max(0, option.after - max(0, option.kept))
+    if growth <= 0:
+        return read * option.after
+    room = max(0.0, float(trigger - option.after))
+    # Free reads: wait for the trigger; else the peak for this rewrite (none: compact at
+    # once, the cycle is its floor's reads).
+    span = room if read <= 0 else min(room, math.sqrt(2 * extra / read * rewritten * growth))
+    # At least one request before the next pass, whatever the room.
+    requests = max(1.0, span / growth)
+    return read * (option.after + span / 2) + extra * rewritten / requests
+
+
+def cheapest_option(
+    prices: Prices, options: Sequence[PassOption], growth: float, trigger: int
+) -> PassOption:
+    """The option whose cycle costs least (`cycle_cost`); the first of equals (callers list
+    the deepest first: at equal cost, the one that leaves the most room). Every option over
+    the trigger is refused, and the first option stands when every one is."""
+    if not options:
+        raise ValueError("cheapest_option needs at least one option")
+    best, best_cost = options[0], cycle_cost(prices, options[0], growth, trigger)
+    for option in options[1:]:
+        cost = cycle_cost(prices, option, growth, trigger)
+        if cost < best_cost:
+            best, best_cost = option, cost
+    return best
 
 
 def planner_prices(configured: Prices | None, model: str | None) -> Prices:

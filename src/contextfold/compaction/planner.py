@@ -110,6 +110,13 @@ class PassPlan:
     # the configured target (paced, see `cadence`) and trigger make, as in any other pass
     # (see `rungs.DropLeastUsed`). Ignored by any other pass: its own band decides.
     hold_raw: int | None = None
+    # A pass that leaves the view as last sent alone before this history index (the content
+    # admitted since the last pass): its rungs work from there on, and the ledger's pages
+    # and the notice stay as they were (``kept_notice``), so the next request still reads
+    # everything before its first change from the cache (see `cost_plan.cheapest_option`).
+    # What it shortens names its recall id in the view. None: a pass over the whole view.
+    edit_from: int | None = None
+    kept_notice: tuple[dict[str, Any] | None, int] = (None, 0)
 
 
 # Where a deep pass starts relaxing from: the recent fraction does not hold, and the newest
@@ -207,6 +214,8 @@ def run_pass(
         summary_blocks=list(plan.summary_blocks),
         summary_free_blocks=plan.summary_free_blocks,
         uses=uses,
+        scope_start=plan.edit_from,
+        holds_reused=plan.deep,
     )
     if not notice_enabled or not history.units:
         header_cost = 0
@@ -294,7 +303,7 @@ def run_pass(
             relaxation = Relaxation.NEWEST_RESULTS_SHORTENED
             level = max(level, TruncateToolResults.level)
     state.level = max(state.level, level)
-    if uses is not None and plan.ledger_raw > 0:
+    if uses is not None and plan.ledger_raw > 0 and plan.edit_from is None:
         # What this pass took out of the view goes to the ledger, within its share of the
         # budget and never past half the room the pass left.
         fresh = taken_values(
@@ -307,16 +316,19 @@ def run_pass(
     # the view near the budget, a notice filling the rest would put the next request over
     # it and compact every request. There it shrinks, or leaves (see `_fitted_notice`).
     room = max(0, budget_raw - work.raw_total) // 2
-    notice, notice_cost = _fitted_notice(
-        history,
-        state,
-        counter,
-        truncate_chars,
-        min(notice_reserve, room),
-        notice_role,
-        notice_enabled and state.level >= settings.notice_min_level,
-        settings.notice_verbosity,
-    )
+    if plan.edit_from is not None:
+        notice, notice_cost = plan.kept_notice
+    else:
+        notice, notice_cost = _fitted_notice(
+            history,
+            state,
+            counter,
+            truncate_chars,
+            min(notice_reserve, room),
+            notice_role,
+            notice_enabled and state.level >= settings.notice_min_level,
+            settings.notice_verbosity,
+        )
     return PassResult(
         state=state,
         raw_total=work.raw_total,

@@ -133,7 +133,9 @@ class TruncateToolResults:
                 drawn_on.append((index, short, current_cost))  # decided below, together
                 continue
             _swap_if_smaller(work, index, short, current_cost, self.name)
-        if not drawn_on or work.raw_total <= target_raw:
+        # A pass that keeps the cached prefix (`PassPlan.edit_from`) is one option beside the
+        # deep pass: it leaves the current task's working set whole.
+        if not drawn_on or work.raw_total <= target_raw or work.scope_start is not None:
             return
         # What the current task draws on is shortened when that alone reaches the target
         # (shortening comes before removing anything), or when removing what it does not
@@ -269,12 +271,24 @@ class DropLeastUsed:
         candidates = [u for u in work.kept_units() if not work.protection.unit_reason(u)]
         held: set[int] = set()
         drawn_on: set[int] = set()
+        reused: set[int] = set()
         if work.uses is not None or work.holds_whole_task:
             held = {u for u in candidates if work.unit_held_by_current_task(u)}
             # Of what is held, what a later turn drew on leaves last (a deep pass holds the
             # whole current task).
             drawn_on = {u for u in held if work.unit_drawn_on_by_current_task(u)}
-            candidates.sort(key=lambda u: (u in held, u in drawn_on, work.unit_last_use(u), u))
+            if work.holds_reused and work.uses is not None:
+                # A deep pass also holds what a later message drew a value from, in any task
+                # (the ids a conversation keeps coming back to), against the same hold: it
+                # would otherwise take out every message older than the current task.
+                reused = {
+                    u
+                    for u in candidates
+                    if u not in held and work.unit_last_use(u) > max(units[u].entries)
+                }
+            candidates.sort(
+                key=lambda u: (u in held, u in drawn_on, u in reused, work.unit_last_use(u), u)
+            )
         costs = [unit_cost(units[u], truncated) for u in candidates]
         reaches_target = work.raw_total - sum(costs) <= target_raw
         stop_at = target_raw if reaches_target else max(target_raw, work.limit_raw)
@@ -284,7 +298,7 @@ class DropLeastUsed:
         for unit, cost in zip(candidates, costs, strict=True):
             # The held units come last, what a later turn drew on last of all: once one
             # would stay, so do the rest.
-            if total <= stop_at or (unit in held and total <= hold_under):
+            if total <= stop_at or ((unit in held or unit in reused) and total <= hold_under):
                 break
             total -= cost
             leaving += 1

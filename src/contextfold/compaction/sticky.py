@@ -50,6 +50,10 @@ class StickyView:
     # The unit of the newest result the view carries as the newest group's results are
     # shortened to fit (see `oversized`): once it is answered, the next request runs a pass.
     carried_unit: int | None = None
+    # How many history entries there were when the last pass was committed: what came after
+    # is the content a pass that keeps the cached prefix may edit (`PassPlan.edit_from`).
+    # None before any pass in this process.
+    passed_at_entry: int | None = None
 
     @classmethod
     def fresh(cls, history: History) -> StickyView:
@@ -83,6 +87,7 @@ class StickyView:
         self.removed_messages = self.state.removed_messages
         self.pins_seen = frozenset(history.pins)
         self.carried_unit = newest_carried_unit(history, self.state)
+        self.passed_at_entry = len(history.entries)
 
     def restore(
         self,
@@ -104,6 +109,7 @@ class StickyView:
         self.carried_unit = newest_carried_unit(history, state)
         # The saved state may predate a pin: the next request checks them all.
         self.pins_seen = frozenset()
+        self.passed_at_entry = None
 
     def carries_answered(self, history: History) -> bool:
         """Whether the view carries a result shortened to fit as the newest group's that

@@ -138,6 +138,10 @@ class WorkingView:
     # While set, the rungs work on the messages before this history index only (the older
     # tasks, before the current human prompt); None: on the whole view.
     scope_end: int | None = None
+    # While set, the rungs work on the messages from this history index on only (a pass
+    # that leaves the view as last sent alone up to the content admitted since the last
+    # pass, see `PassPlan.edit_from`); None: from the start.
+    scope_start: int | None = None
     # What the current task draws on leaves only while the view is above this many raw
     # tokens; None: the middle of the band between the rungs' target and ``limit_raw``. A
     # deep pass, whose target and limit are 0, sets it to the configured band's middle.
@@ -146,8 +150,11 @@ class WorkingView:
     # a later turn drew on: its floor would otherwise leave out the result the task reads
     # next (see `held_by_current_task`).
     holds_whole_task: bool = False
+    # A deep pass holds, against the same hold, the units of earlier tasks a later message
+    # drew a value from (see `rungs.DropLeastUsed`).
+    holds_reused: bool = False
     changed: dict[str, int] = field(default_factory=dict)  # rung name -> changes this pass
-    _kept_entries: tuple[tuple[int, int, int | None], list[int]] | None = field(
+    _kept_entries: tuple[tuple[int, int, int | None, int | None], list[int]] | None = field(
         default=None, init=False, repr=False
     )
 
@@ -186,11 +193,15 @@ class WorkingView:
 
     def kept_units(self) -> list[int]:
         kept = self.state.kept_units(len(self.history.units))
-        end = self.scope_end
-        if end is None:
+        start, end = self.scope_start, self.scope_end
+        if end is None and start is None:
             return kept
         units = self.history.units
-        return [u for u in kept if units[u].start < end]
+        if end is not None:
+            kept = [u for u in kept if units[u].start < end]
+        if start is not None:
+            kept = [u for u in kept if units[u].start >= start]
+        return kept
 
     def unit_last_use(self, unit_index: int) -> int:
         """The newest message that drew a value from the unit (its last message if none)."""
@@ -249,7 +260,12 @@ class WorkingView:
         """Entry indexes of the kept units, oldest first (history order)."""
         # Rungs that only shorten leave the kept units as they are, so the rungs of one
         # round share the list until a unit leaves (the removed set only grows in a pass).
-        key = (len(self.state.removed_units), len(self.history.units), self.scope_end)
+        key = (
+            len(self.state.removed_units),
+            len(self.history.units),
+            self.scope_end,
+            self.scope_start,
+        )
         if self._kept_entries is None or self._kept_entries[0] != key:
             units = self.history.units
             # Nearly sorted already (view order differs only around a reordered group), so
@@ -267,11 +283,12 @@ class WorkingView:
         if len(indexes) <= len(self.history.units) - len(removed):
             entries = self.history.entries
             end = len(entries) if self.scope_end is None else self.scope_end
+            start = self.scope_start or 0
             units = self.history.units
             return sorted(
                 i
                 for i in indexes
-                if entries[i].unit not in removed and units[entries[i].unit].start < end
+                if entries[i].unit not in removed and start <= units[entries[i].unit].start < end
             )
         return [i for i in self.kept_entries() if i in indexes]
 

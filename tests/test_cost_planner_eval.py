@@ -1,0 +1,35 @@
+"""The cost planner scored by the eval, end to end: on the long-horizon corpus it costs less
+than contextfold's defaults at equal or better fact scores (far facts in view; in view, the
+ledger or a summary; not lost; near facts in view), with its choice of pass and its hold on
+what the conversation drew on in play."""
+
+from __future__ import annotations
+
+import pytest
+
+from contextfold.evaluation.longhorizon import CorpusSettings, generate_corpus
+from contextfold.evaluation.policies import builtin_policy
+from contextfold.evaluation.runner import EvalSettings, Totals, evaluate
+
+
+def scores(totals: Totals) -> tuple[int, int, int, int]:
+    """Far in view; far in view, ledger or summary; far not lost; near in view."""
+    in_view = totals.count("far", "in_view")
+    shown = in_view + totals.count("far", "ledger_or_summary")
+    kept = shown + totals.count("far", "recoverable")
+    return in_view, shown, kept, totals.count("near", "in_view")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("window", [8_000, 16_000])
+def test_the_cost_planner_is_cheaper_at_equal_or_better_fact_scores(window: int) -> None:
+    corpus = generate_corpus(CorpusSettings(seed=0, sessions=3))
+    policies = [builtin_policy("contextfold"), builtin_policy("cost")]
+    report = evaluate(corpus, policies, EvalSettings(windows=(window,)))
+    defaults, cost = report.totals_for("long-horizon", window)
+    assert defaults.policy == "contextfold" and cost.policy == "cost"
+    assert cost.facts("far") > 0
+    for mine, theirs in zip(scores(cost), scores(defaults), strict=True):
+        assert mine >= theirs
+    for pricing in ("anthropic", "openai"):
+        assert cost.cost(pricing) < defaults.cost(pricing)
