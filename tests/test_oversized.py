@@ -197,3 +197,58 @@ async def test_an_answered_oversized_result_is_never_carried_long_nor_lost(
         shown = tool_message(view, "c1")["content"]
         assert TRUTH.count_text(shown) <= max(200, budget * RESULTS_SHARE + 60)
         assert silently_lost(await context.get_messages(), view) == []
+
+
+async def test_the_measured_request_cuts_it_once_answered_as_the_estimate_path_does() -> None:
+    """`token_meter: actual` with the orchestrator's own count (`get_measured_request_view`)
+    runs the same one pass once the result is answered, and says why."""
+    context = ContextFold({"token_counter": "exact", "token_meter": "actual", "max_tokens": BUDGET})
+    await context.set_messages([SYSTEM, human("Read the run log and say how it ended.")])
+    text = big_log()
+    await context.add_message(call("c1", "read_log", path="run.log"))
+    await context.add_message(result("c1", text))
+    counted: list[int] = []
+
+    async def count_view(view: list[dict[str, Any]]) -> dict[str, Any]:
+        count = sum(context.counter.count_message(m) for m in view)
+        counted.append(count)
+        return {
+            "dispatch": len(counted),
+            "budget_decision": {
+                "effective_budget": BUDGET,
+                "estimated_input_tokens": count,
+                "input_limit_tokens": BUDGET,
+                "measurement": {"kind": "provider_count", "source": "test", "input_tokens": count},
+            },
+        }
+
+    async def measured() -> dict[str, Any]:
+        envelope = await context.get_measured_request_view(
+            provider=None, retain_contents=[], count_view=count_view
+        )
+        if envelope["transaction"] is not None:
+            assert await envelope["transaction"].commit() is True
+        return envelope
+
+    first = await measured()
+    assert first["outcome"] != "not_needed"
+    assert BUILD not in tool_message(first["base_view"], "c1")["content"]
+    await context.add_message(
+        {"role": "assistant", "content": "The run ended OK: exit code E-0042."}
+    )
+    await context.add_message(human("Now list the open tickets."))
+    answered = await measured()
+    report = context.last_report
+    assert report is not None and report.compacted_by == "oversized"
+    view = answered["base_view"]
+    assert_pairing(view)
+    shown = tool_message(view, "c1")["content"]
+    assert shown.startswith("line 0: ") and len(shown) < 400
+    lines = [line for page in pages_of(view) for line in page["content"].splitlines()]
+    assert any(line.strip().startswith("r3:") and BUILD in line for line in lines), lines
+    assert silently_lost(await context.get_messages(), view) == []
+    # Once: the next request builds on it, with nothing to cut and one count.
+    calls = len(counted)
+    again = await measured()
+    assert again["outcome"] == "not_needed" and len(counted) == calls + 1
+    assert again["base_view"] == view

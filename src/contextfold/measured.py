@@ -253,6 +253,7 @@ class _Negotiation:
         self.retained = planner.find_reminders(state, reminders)
         self.first: _Candidate | None = None
         self.events: list[tuple[str, dict[str, Any]]] = []
+        self.reason = ""  # why a pass runs (`RequestReport.compacted_by`), as on the legacy path
 
     def set_budget(self, budget: int) -> None:
         """Trigger and target as fractions of ``budget`` less the notice's reserve."""
@@ -268,7 +269,8 @@ class _Negotiation:
         the events to emit once the lock is released, as the legacy path does."""
         first = self.first
         assert first is not None
-        limits = Thresholds(self.trigger, self.target, self.ratio, False, "provider_count")
+        reason = self.reason if result is not None else ""
+        limits = Thresholds(self.trigger, self.target, self.ratio, False, "provider_count", reason)
         planned = Planned(
             [],  # no messages: the caller already holds the counted view; only bookkeeping
             final.raw,
@@ -333,6 +335,9 @@ class _Negotiation:
             retained=self.retained,
             notice_reserve=self.reserve,
             ladder=ladder,
+            # The identifier ledger, as on the legacy path: what a pass takes out is listed.
+            values=self.state.sticky.values if self.parts.config.ledger_share > 0 else None,
+            ledger_raw=math.floor(planner.ledger_room(self.budget) / ratio),
         )
         return run_pass(self.state.history, self.base, planner.counter, planner.settings, plan)
 
@@ -359,14 +364,23 @@ class _Negotiation:
         # As on the legacy path: when protection held the last pass above its target, a
         # pass at the trigger would find the same floor and rewrite the prompt prefix for a
         # few tokens per request, so the next one waits for the hard limit.
-        missed = self.state.sticky.missed_target_at
+        sticky = self.state.sticky
+        missed = sticky.missed_target_at
         fires_at = self.usable if missed is not None else self.trigger
-        if (
-            size <= fires_at
-            and measured_first <= budget
-            and not first.count.hard_over
-            and first.result is None
-        ):
+        self.reason = (
+            "budget" if measured_first > budget or first.count.hard_over
+            else "retained" if first.result is not None
+            else "trigger" if size > fires_at
+            # A result shortened to fit the window, answered since: one pass cuts it to the
+            # head an old result keeps (see `compaction.oversized`), as on the legacy path.
+            else "oversized" if sticky.carries_answered(self.state.history)
+            else ""
+        )  # fmt: skip
+        if self.reason == "oversized":
+            # Once: a pass that finds nothing worth committing is not asked again for it; a
+            # committed or rolled back pass sets it from the view it leaves.
+            sticky.carried_unit = None
+        if not self.reason:
             return self.envelope(NOT_NEEDED, first, first, None)
         best = first
         outcome = PROTECTED_FLOOR
@@ -392,7 +406,10 @@ class _Negotiation:
             if count.measured >= best.measured:
                 continue  # no smaller: keep the smaller counted view
             best = candidate
-            if self.messages_size(best) <= self.target and not count.hard_over:
+            # The ladder works to the target and the ledger takes a share of the room it
+            # left, as on the legacy path: the ledger's pages do not make a rung more due.
+            ledger = math.ceil(result.state.ledger.cost * self.ratio)
+            if self.messages_size(best) - ledger <= self.target and not count.hard_over:
                 outcome = TARGET_REACHED
                 break
         # The provider's count is exact: over its hard limit, the orchestrator's output
