@@ -142,6 +142,7 @@ async def test_overhead_the_context_never_sees_triggers_and_the_target_is_reache
     assert await result["transaction"].commit() is True
     after = await sticky(context)
     assert after != before
+    assert context.last_report is not None and context.last_report.compacted_by == "trigger"
     # The next request starts from the committed view.
     view = await context.get_messages_for_request()
     assert len(view) == len(result["base_view"])
