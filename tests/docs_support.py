@@ -150,7 +150,9 @@ def local_model_server() -> Iterator[tuple[str, list[tuple[str, dict[str, Any]]]
     """A started server: its base URL and the list of (path, body) requests it received."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     server.requests = []  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # A short poll: `shutdown()` waits for the serving loop's next look at its flag, and the
+    # default half second would be spent idle after every example.
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", server.requests  # type: ignore[attr-defined]

@@ -71,6 +71,18 @@ def start_or_skip() -> PostgresServer:
     return PostgresServer().start()
 
 
+# What users made in a database: schemas beyond the built-in ones, and relations, functions
+# and types in `public`. A database given back is reused only when this counts nothing.
+_MADE_BY_USERS = """
+SELECT (SELECT count(*) FROM pg_namespace
+        WHERE nspname NOT IN ('pg_catalog', 'information_schema', 'public', 'pg_toast')
+          AND nspname NOT LIKE 'pg_temp_%' AND nspname NOT LIKE 'pg_toast_temp_%')
+     + (SELECT count(*) FROM pg_class WHERE relnamespace = 'public'::regnamespace)
+     + (SELECT count(*) FROM pg_proc WHERE pronamespace = 'public'::regnamespace)
+     + (SELECT count(*) FROM pg_type WHERE typnamespace = 'public'::regnamespace)
+"""
+
+
 class PostgresServer:
     """A throwaway PostgreSQL server on a Unix socket in a temp dir."""
 
@@ -79,6 +91,8 @@ class PostgresServer:
         self.root = Path(tempfile.mkdtemp(prefix="cf-pg-"))
         self.data = self.root / "data"
         self._as_user: list[str] = []
+        self._made = 0
+        self._given_back: list[str] = []
         if os.geteuid() == 0:
             shutil.chown(self.root, "postgres", "postgres")
             self._as_user = ["runuser", "-u", "postgres", "--"]
@@ -98,6 +112,10 @@ class PostgresServer:
         initdb, pg_ctl = pg_binary("initdb"), pg_binary("pg_ctl")
         assert initdb and pg_ctl, PG_ENABLE_HINT
         self._run(initdb, "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync")
+        # fsync=off: the data directory is thrown away with the server, and these tests kill
+        # clients, never the machine, so a crash of the server process still loses nothing
+        # (what it wrote is in the OS cache); syncing each commit only made every test wait.
+        # One server serves the whole run (tests/conftest.py), hence room for many clients.
         self._run(
             pg_ctl,
             "-D",
@@ -106,7 +124,7 @@ class PostgresServer:
             str(self.root / "server.log"),
             "-w",
             "-o",
-            f"-k {self.root} -h '' -c max_connections=60",
+            f"-k {self.root} -h '' -c max_connections=200 -c fsync=off",
             "start",
         )
         import psycopg
@@ -126,6 +144,39 @@ class PostgresServer:
         ) as connection:
             connection.execute(f'CREATE DATABASE "{name}"')
         return f"postgresql:///{name}?host={self.root}&user=postgres"
+
+    def empty_database(self) -> str:
+        """The URL of a database with nothing in it but PostgreSQL's own catalogs: one a test
+        gave back (`give_back`), else a new one. A new database copies its template (about
+        7 MB written, then deleted with the server); emptying a used one costs a statement."""
+        if self._given_back:
+            name = self._given_back.pop()
+        else:
+            self._made += 1
+            name = f"empty_{self._made}"
+            self.fresh_database(name)
+        return f"postgresql:///{name}?host={self.root}&user=postgres"
+
+    def give_back(self, url: str) -> None:
+        """Empty a database from `empty_database` once its test is done, for the next test.
+        Only contextfold's schema is dropped: a database where a client is still connected or
+        anything else was made is left alone, never reused."""
+        import psycopg
+
+        name = url.removeprefix("postgresql:///").partition("?")[0]
+        with psycopg.connect(
+            f"dbname={name} host={self.root} user=postgres", autocommit=True
+        ) as connection:
+            others = connection.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()
+            if others is None or others[0] != 0:
+                return
+            connection.execute("DROP SCHEMA IF EXISTS contextfold CASCADE")
+            left = connection.execute(_MADE_BY_USERS).fetchone()
+        if left is not None and left[0] == 0:
+            self._given_back.append(name)
 
     def stop(self) -> None:
         pg_ctl = pg_binary("pg_ctl")

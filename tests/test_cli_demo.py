@@ -275,6 +275,9 @@ def test_cache_reads_and_fresh_input_are_absolute_figures(
 
 
 # The summarize run in the demo's own window (blocks of turns worth a summary need room).
+# A second whole demo run: its tests run with the slow ones. In the default run the demo's
+# own summarize column is checked by the tests above, recall's faithfulness by
+# test_recall_faithful and a summarizing session by test_summarize_rung.
 SUMMARY_STEPS = 30
 
 
@@ -314,6 +317,7 @@ def test_summarize_run_writes_summaries_and_counts_them_consistently(
         assert unsummarized["total_tokens"] == unsummarized["tokens_sent"]
 
 
+@pytest.mark.slow
 def test_every_tool_result_is_recalled_byte_identical(
     summarized: tuple[Outcome, dict[str, Any]],
 ) -> None:
@@ -340,6 +344,7 @@ def test_summary_requests_repeat_the_conversation_and_are_mostly_cache_reads(
     assert f"{run['summary_cache_read_tokens']:,} tokens read from the cache" in text
 
 
+@pytest.mark.slow
 def test_summarize_column_prints_its_rungs_summaries_cache_and_totals(
     summarized: tuple[Outcome, dict[str, Any]],
 ) -> None:

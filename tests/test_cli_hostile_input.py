@@ -76,6 +76,9 @@ def test_a_symlink_to_a_regular_file_is_read(tmp_path: Path, conversation: Path)
     assert done.returncode == EXIT_OK, done.stderr
 
 
+# A whole process of its own; in the default run, test_cli_replay's in-process
+# test_missing_file_and_directory refuses a directory the same way.
+@pytest.mark.slow
 def test_a_directory_is_refused(tmp_path: Path) -> None:
     assert_refused(replay(str(tmp_path), "--out", str(tmp_path / "o")), "a directory")
 

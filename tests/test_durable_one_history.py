@@ -14,11 +14,10 @@ memory, SQLite (a real file) and PostgreSQL (a real server) stores:
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import logging
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -37,18 +36,15 @@ from contextfold.store import (
 )
 from contextfold.summaries import scripted_summarizer
 from contextfold.tokens import ExactCounter, HeuristicCounter
-from store_support import PostgresServer, start_or_skip
+from store_support import PostgresServer
 from support import SYSTEM, human, reply, tool_round
 
 BUDGET = 8_000
-_databases = itertools.count()
 
 
 @pytest.fixture(scope="module")
-def postgres_server() -> Iterator[PostgresServer]:
-    server = start_or_skip()
-    yield server
-    server.stop()
+def postgres_server(shared_postgres: PostgresServer) -> PostgresServer:
+    return shared_postgres  # one server for the run (tests/conftest.py)
 
 
 class Stores:
@@ -97,7 +93,9 @@ async def _stores(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> 
     if kind == "sqlite":
         return Stores(kind, f"sqlite:///{tmp_path / 'agent.db'}")
     server = request.getfixturevalue("postgres_server")
-    return Stores(kind, server.fresh_database(f"history_{next(_databases)}"))
+    url = server.empty_database()
+    request.addfinalizer(lambda: server.give_back(url))  # runs after the stores are closed
+    return Stores(kind, url)
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])

@@ -6,7 +6,6 @@ provider's JSON encoder never meets one."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from hypothesis import strategies as st
 from contextfold import ContextFold
 from contextfold.cli import main
 from contextfold.summaries import scripted_summarizer
-from store_support import PostgresServer, start_or_skip
+from store_support import PostgresServer
 from support import SYSTEM, human, prose, unstamped
 
 # What a tool gets from os.fsdecode, or bytes.decode("utf-8", "surrogateescape"): the bytes
@@ -110,10 +109,8 @@ async def test_a_tool_result_over_the_cap_keeps_a_valid_utf8_prefix() -> None:
 
 
 @pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    server = start_or_skip()
-    yield server
-    server.stop()
+def postgres(shared_postgres: PostgresServer) -> PostgresServer:
+    return shared_postgres  # one server for the run (tests/conftest.py)
 
 
 # A real PostgreSQL server takes seconds to start: that case runs with the slow tests.

@@ -5,7 +5,6 @@ notice cannot otherwise fit the budget; pins survive a durable resume."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from hypothesis import strategies as st
 
 from contextfold import ContextFold, ContextLengthError, RecallError
 from contextfold.compaction.relaxation import RELAXATION_ORDER
-from store_support import PostgresServer, start_or_skip
+from store_support import PostgresServer
 from support import SYSTEM, assert_pairing, human, prose, reply, tool_round
 from test_properties import check_view, configs, conversations, required_core_cost
 
@@ -190,10 +189,8 @@ async def test_a_replaced_or_cleared_history_keeps_only_its_own_metadata_pins() 
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[PostgresServer]:
-    started = start_or_skip()
-    yield started
-    started.stop()
+def server(shared_postgres: PostgresServer) -> PostgresServer:
+    return shared_postgres  # one server for the run (tests/conftest.py)
 
 
 async def check_resume(url: str) -> None:

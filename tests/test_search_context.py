@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import pytest
 from contextfold import ContextFold
 from contextfold.search import SearchHit
 from contextfold.store import open_store
-from store_support import PostgresServer, start_or_skip
+from store_support import PostgresServer
 from support import SYSTEM, hook_note, human, reply
 
 CITIES = ("Oslo", "Lyon", "Porto", "Gdansk", "Bergen", "Turin", "Malmo", "Leeds")
@@ -173,10 +172,8 @@ async def test_a_store_without_an_index_is_searched_through_the_memory_index() -
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[PostgresServer]:
-    started = start_or_skip()
-    yield started
-    started.stop()
+def server(shared_postgres: PostgresServer) -> PostgresServer:
+    return shared_postgres  # one server for the run (tests/conftest.py)
 
 
 QUERIES = (

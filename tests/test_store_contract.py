@@ -7,9 +7,8 @@ sequence numbers, the same conflicts, the same errors for the same bad input.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -27,16 +26,12 @@ from contextfold.store import (
     state_describes,
 )
 from contextfold.summaries import SummaryRecord, SummaryStore, covered_hash
-from store_support import PostgresServer, start_or_skip
-
-_databases = itertools.count()
+from store_support import PostgresServer
 
 
 @pytest.fixture(scope="module")
-def postgres_server() -> Iterator[PostgresServer]:
-    server = start_or_skip()
-    yield server
-    server.stop()
+def postgres_server(shared_postgres: PostgresServer) -> PostgresServer:
+    return shared_postgres  # one server for the run (tests/conftest.py)
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
@@ -47,10 +42,13 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         opened = SqliteStore(tmp_path / "store.db")
     else:
         server = request.getfixturevalue("postgres_server")
-        opened = await open_store(server.fresh_database(f"contract_{next(_databases)}"))
+        url = server.empty_database()
+        opened = await open_store(url)
     await opened.open()
     yield opened
     await opened.close()
+    if request.param == "postgres":
+        server.give_back(url)
 
 
 def message(content: str, **extra: object) -> str:

@@ -7,7 +7,6 @@ ever written, and a schema of that name it did not make is refused untouched.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -21,7 +20,7 @@ from contextfold.store import (
 )
 from contextfold.store.postgres import PostgresStore
 from contextfold.summaries import SummaryRecord, covered_hash
-from store_support import PostgresServer, start_or_skip
+from store_support import PostgresServer
 
 
 async def contents(url: str, schema: str = "public") -> dict[str, object]:
@@ -56,10 +55,8 @@ async def meta(url: str) -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[PostgresServer]:
-    started = start_or_skip()
-    yield started
-    started.stop()
+def server(shared_postgres: PostgresServer) -> PostgresServer:
+    return shared_postgres  # one server for the run (tests/conftest.py)
 
 
 @pytest.mark.slow

@@ -15,23 +15,20 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from contextfold.store import open_store
-from store_support import PostgresServer, start_or_skip
+from store_support import PostgresServer
 
 _databases = itertools.count()
 WORKER = str(Path(__file__).with_name("store_support.py"))
 
 
 @pytest.fixture(scope="module")
-def postgres_server() -> Iterator[PostgresServer]:
-    server = start_or_skip()
-    yield server
-    server.stop()
+def postgres_server(shared_postgres: PostgresServer) -> PostgresServer:
+    return shared_postgres  # one server for the run (tests/conftest.py)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
