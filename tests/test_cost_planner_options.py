@@ -6,6 +6,7 @@ deep pass that holds the earlier messages a later one drew a value from."""
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import pytest
@@ -90,6 +91,67 @@ async def test_a_pass_that_keeps_the_cached_prefix_is_chosen_where_it_costs_less
     # The deep pass rewrites the view from the notice on; here, where the earlier messages
     # are held anyway, one pass kept the prefix the provider had cached instead.
     assert kept_prefix
+
+
+DRAWN_BACK = 7  # rounds between a result and the round that draws on it
+ROUNDS = 200
+
+
+def result_with_mid_value(n: int) -> dict[str, Any]:
+    """A result whose id is in its head and whose other value (a payment id) is mid-way:
+    shortening the result (head and tail) takes the payment id out of the view."""
+    content = f"ID-{n:05d} {prose(n, 1_000)} PAY-{n:05d}x {prose(n + 1, 1_000)}"
+    return {"role": "tool", "tool_call_id": f"c{n}", "content": content}
+
+
+def ledger_text(view: list[dict[str, Any]]) -> str:
+    return " ".join(m["content"] for m in view if (m.get("metadata") or {}).get("ledger") is True)
+
+
+async def test_what_a_pass_keeping_the_cached_prefix_shortened_is_listed_by_the_next_pass() -> None:
+    # A pass that keeps the cached prefix leaves the ledger as it was (a new page would
+    # change the prefix); the results it shortened, still in the view with their payment id
+    # cut, are listed by the next pass that lists: the value, or the message's recall id
+    # among those whose values did not fit (nothing is taken out silently).
+    context = cost_context()
+    await context.add_message(SYSTEM)
+    await context.add_message(human("Look every reference up and summarise."))
+    previous: list[dict[str, Any]] | None = None
+    shortened_by_kept_prefix: set[str] = set()
+    checked = 0
+    for n in range(ROUNDS):
+        # Every other round draws on a result some rounds back, which a pass that kept the
+        # cached prefix may have shortened by then: a deep pass holds it, shortened.
+        ref = f"ID-{n - DRAWN_BACK:05d}" if n % 2 else f"t{n}"
+        await context.add_message(call(n, {"ref": ref}))
+        await context.add_message(result_with_mid_value(n))
+        view = await context.get_messages_for_request(token_budget=BUDGET)
+        report = context.last_report
+        assert report.tokens_after <= BUDGET
+        if not (report.compacted and previous):
+            previous = view
+            continue
+        shared = shared_prefix(previous, view)
+        if shared > len(previous) // 2:  # it kept the prefix, the ledger's pages with it
+            for message in view[shared:-2]:
+                if message.get("role") == "tool" and message not in previous:
+                    assert "PAY-" not in message["content"]
+                    shortened_by_kept_prefix.add(message["tool_call_id"])
+        else:
+            ledger = ledger_text(view)
+            for message in view:
+                if message.get("tool_call_id") not in shortened_by_kept_prefix:
+                    continue
+                if "PAY-" in message["content"]:
+                    continue  # given back whole: nothing to list
+                number = int(message["tool_call_id"][1:])
+                named = re.search(r'context_recall\("(r[0-9]+)"\)', message["content"])
+                assert named is not None
+                assert f"PAY-{number:05d}x" in ledger or re.search(rf"\b{named.group(1)}\b", ledger)
+                checked += 1
+            shortened_by_kept_prefix.clear()
+        previous = view
+    assert checked
 
 
 async def test_a_deep_pass_holds_what_a_later_message_drew_on_in_an_earlier_task() -> None:
