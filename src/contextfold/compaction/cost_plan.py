@@ -32,7 +32,9 @@ is no saving). A pass the budget forces (or a retained reminder) is the threshol
 rules and depth alike, and so is a pass where passes come every few requests anyway (the
 window small beside what a request adds: see `cadence`), unless the cache is cold. A deep
 pass also holds, against the same middle of the band, the earlier messages a later one drew
-a value from (`rungs.DropLeastUsed`): the ids the conversation keeps coming back to.
+a value from (`rungs.DropLeastUsed`): the ids the conversation keeps coming back to. A cost
+pass that ends above its (zero) target has missed only above that middle (`reached_below`):
+then the next pass waits for the budget, as after any pass protection held up.
 
 Which pass: a pass rewrites everything after its first change, so one that edits only what
 was admitted since the last pass (the newest results, the ledger and the notice left as they
