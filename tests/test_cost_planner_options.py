@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contextfold import ContextFold
+from contextfold.tokens import HeuristicCounter
 from support import SYSTEM, human, prose, unstamped
 from test_properties import check_view
 
@@ -225,3 +226,40 @@ def test_cost_passes_of_either_kind_keep_every_view_invariant(
         assert unstamped(await context.get_messages()) == admitted
 
     asyncio.run(run())
+
+
+def result_with_values(n: int) -> dict[str, Any]:
+    """A result holding an order id, an email and an invoice id, none of them in its head
+    alone: a pass that takes it out has values to list."""
+    content = f"ORD-{n:05d} {prose(n, 800)} user{n}@mail{n}.example INV-2024-{n:05d} " + prose(
+        n + 1, 800
+    )
+    return {"role": "tool", "tool_call_id": f"c{n}", "content": content}
+
+
+async def ledger_tokens_at_most(planner: str, budget: int) -> int:
+    """The largest ledger, in tokens, over a session of thirty tasks of six lookups."""
+    context = ContextFold({"planner": planner, "prices": SONNET, "token_counter": "heuristic"})
+    counter = HeuristicCounter()
+    await context.add_message(SYSTEM)
+    largest = 0
+    for task in range(30):
+        await context.add_message(human(f"Task {task}: look the references up."))
+        for k in range(6):
+            n = task * 10 + k
+            await context.add_message(call(n, {"ref": f"t{n}"}))
+            await context.add_message(result_with_values(n))
+            view = await context.get_messages_for_request(token_budget=budget)
+            assert context.last_report.tokens_after <= budget
+            pages = [m for m in view if (m.get("metadata") or {}).get("ledger") is True]
+            largest = max(largest, sum(counter.count_message(m) for m in pages))
+    return largest
+
+
+async def test_a_deep_pass_gives_the_ledger_part_of_the_room_it_frees() -> None:
+    # A deep pass goes below the band's middle and takes more values out, in more passes:
+    # half of the room it leaves under that middle goes to the ledger, beyond its share of
+    # the budget (up to that share again), where the threshold planner keeps to the share.
+    budget, share = 12_000, 0.12
+    assert await ledger_tokens_at_most("threshold", budget) <= budget * share
+    assert budget * share < await ledger_tokens_at_most("cost", budget) <= 2 * budget * share
