@@ -14,6 +14,7 @@ from contextfold.compaction.cost_plan import (
     cheapest_option,
     decide,
     optimal_peak,
+    reached_below,
     rewrite_price,
 )
 from contextfold.compaction.cost_plan import cycle_cost as option_cost
@@ -154,3 +155,29 @@ def test_a_cycle_costs_more_the_more_it_rewrites_and_the_more_it_leaves(
         assert option_cost(prices, leaves_more, growth, trigger) >= cost * (1 - 1e-9)
         if after > trigger:
             assert cost == math.inf
+
+
+def test_a_cost_pass_reaches_its_target_under_the_bands_middle_with_room_for_a_few_requests() -> (
+    None
+):
+    # Slow growth: the middle of the band between the target and the trigger.
+    assert reached_below(5_000, 9_000, 50.0) == 7_000
+    # Faster growth: as far as four requests of it fit under the trigger.
+    assert reached_below(5_000, 9_000, 700.0) == 9_000 - 4 * 700
+    # Never under the configured target, however fast the view grows.
+    assert reached_below(5_000, 9_000, 5_000.0) == 5_000
+    # No growth: the middle.
+    assert reached_below(5_000, 9_000, 0.0) == 7_000
+
+
+@given(
+    target=st.integers(0, 200_000),
+    band=st.integers(0, 200_000),
+    growth=st.floats(0, 1e6, allow_nan=False),
+)
+def test_what_a_cost_pass_counts_as_reached_lies_between_the_target_and_the_middle(
+    target: int, band: int, growth: float
+) -> None:
+    trigger = target + band
+    reached = reached_below(target, trigger, growth)
+    assert target <= reached <= max(target, (target + trigger) // 2)

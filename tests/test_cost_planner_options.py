@@ -6,6 +6,7 @@ deep pass that holds the earlier messages a later one drew a value from."""
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contextfold import ContextFold
+from contextfold.tokens import HeuristicCounter
 from support import SYSTEM, human, prose, unstamped
 from test_properties import check_view
 
@@ -92,6 +94,67 @@ async def test_a_pass_that_keeps_the_cached_prefix_is_chosen_where_it_costs_less
     assert kept_prefix
 
 
+DRAWN_BACK = 7  # rounds between a result and the round that draws on it
+ROUNDS = 200
+
+
+def result_with_mid_value(n: int) -> dict[str, Any]:
+    """A result whose id is in its head and whose other value (a payment id) is mid-way:
+    shortening the result (head and tail) takes the payment id out of the view."""
+    content = f"ID-{n:05d} {prose(n, 1_000)} PAY-{n:05d}x {prose(n + 1, 1_000)}"
+    return {"role": "tool", "tool_call_id": f"c{n}", "content": content}
+
+
+def ledger_text(view: list[dict[str, Any]]) -> str:
+    return " ".join(m["content"] for m in view if (m.get("metadata") or {}).get("ledger") is True)
+
+
+async def test_what_a_pass_keeping_the_cached_prefix_shortened_is_listed_by_the_next_pass() -> None:
+    # A pass that keeps the cached prefix leaves the ledger as it was (a new page would
+    # change the prefix); the results it shortened, still in the view with their payment id
+    # cut, are listed by the next pass that lists: the value, or the message's recall id
+    # among those whose values did not fit (nothing is taken out silently).
+    context = cost_context()
+    await context.add_message(SYSTEM)
+    await context.add_message(human("Look every reference up and summarise."))
+    previous: list[dict[str, Any]] | None = None
+    shortened_by_kept_prefix: set[str] = set()
+    checked = 0
+    for n in range(ROUNDS):
+        # Every other round draws on a result some rounds back, which a pass that kept the
+        # cached prefix may have shortened by then: a deep pass holds it, shortened.
+        ref = f"ID-{n - DRAWN_BACK:05d}" if n % 2 else f"t{n}"
+        await context.add_message(call(n, {"ref": ref}))
+        await context.add_message(result_with_mid_value(n))
+        view = await context.get_messages_for_request(token_budget=BUDGET)
+        report = context.last_report
+        assert report.tokens_after <= BUDGET
+        if not (report.compacted and previous):
+            previous = view
+            continue
+        shared = shared_prefix(previous, view)
+        if shared > len(previous) // 2:  # it kept the prefix, the ledger's pages with it
+            for message in view[shared:-2]:
+                if message.get("role") == "tool" and message not in previous:
+                    assert "PAY-" not in message["content"]
+                    shortened_by_kept_prefix.add(message["tool_call_id"])
+        else:
+            ledger = ledger_text(view)
+            for message in view:
+                if message.get("tool_call_id") not in shortened_by_kept_prefix:
+                    continue
+                if "PAY-" in message["content"]:
+                    continue  # given back whole: nothing to list
+                number = int(message["tool_call_id"][1:])
+                named = re.search(r'context_recall\("(r[0-9]+)"\)', message["content"])
+                assert named is not None
+                assert f"PAY-{number:05d}x" in ledger or re.search(rf"\b{named.group(1)}\b", ledger)
+                checked += 1
+            shortened_by_kept_prefix.clear()
+        previous = view
+    assert checked
+
+
 async def test_a_deep_pass_holds_what_a_later_message_drew_on_in_an_earlier_task() -> None:
     context = cost_context()
     await context.add_message(SYSTEM)
@@ -163,3 +226,40 @@ def test_cost_passes_of_either_kind_keep_every_view_invariant(
         assert unstamped(await context.get_messages()) == admitted
 
     asyncio.run(run())
+
+
+def result_with_values(n: int) -> dict[str, Any]:
+    """A result holding an order id, an email and an invoice id, none of them in its head
+    alone: a pass that takes it out has values to list."""
+    content = f"ORD-{n:05d} {prose(n, 800)} user{n}@mail{n}.example INV-2024-{n:05d} " + prose(
+        n + 1, 800
+    )
+    return {"role": "tool", "tool_call_id": f"c{n}", "content": content}
+
+
+async def ledger_tokens_at_most(planner: str, budget: int) -> int:
+    """The largest ledger, in tokens, over a session of thirty tasks of six lookups."""
+    context = ContextFold({"planner": planner, "prices": SONNET, "token_counter": "heuristic"})
+    counter = HeuristicCounter()
+    await context.add_message(SYSTEM)
+    largest = 0
+    for task in range(30):
+        await context.add_message(human(f"Task {task}: look the references up."))
+        for k in range(6):
+            n = task * 10 + k
+            await context.add_message(call(n, {"ref": f"t{n}"}))
+            await context.add_message(result_with_values(n))
+            view = await context.get_messages_for_request(token_budget=budget)
+            assert context.last_report.tokens_after <= budget
+            pages = [m for m in view if (m.get("metadata") or {}).get("ledger") is True]
+            largest = max(largest, sum(counter.count_message(m) for m in pages))
+    return largest
+
+
+async def test_a_deep_pass_gives_the_ledger_part_of_the_room_it_frees() -> None:
+    # A deep pass goes below the band's middle and takes more values out, in more passes:
+    # half of the room it leaves under that middle goes to the ledger, beyond its share of
+    # the budget (up to that share again), where the threshold planner keeps to the share.
+    budget, share = 12_000, 0.12
+    assert await ledger_tokens_at_most("threshold", budget) <= budget * share
+    assert budget * share < await ledger_tokens_at_most("cost", budget) <= 2 * budget * share

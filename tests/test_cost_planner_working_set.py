@@ -180,3 +180,30 @@ async def test_where_passes_come_every_few_requests_a_cost_pass_is_the_threshold
     cost, threshold = await passes_of("cost"), await passes_of("threshold")
     assert sum(1 for by, _, _ in threshold if by) >= 5
     assert cost == threshold
+
+
+async def test_a_cost_pass_ending_under_the_bands_middle_is_not_floor_bound() -> None:
+    # The current task is held whole while it fits under the middle of the configured band,
+    # so a deep pass can end above the target. Under the middle it has not missed: the next
+    # pass is the cost model's again (not floor-bound, which would wait for the budget).
+    context = cost_context()
+    await context.add_message(SYSTEM)
+    await context.add_message(human("Research every topic and summarise."))
+    for n in range(10):  # an earlier task: what a pass takes out
+        for message in tool_round(n, result_chars=2_400):
+            await context.add_message(message)
+        await request(context)
+    files = paths(2, 30)
+    await context.add_message(human("Find the EU-WEST-2 export of 2024-04-15 and count its rows."))
+    rounds = [listing_round(2, files)] + [check_round(2, k, files[k]) for k in range(14)]
+    held_above_target = []
+    for messages in rounds:
+        for message in messages:
+            await context.add_message(message)
+        await request(context)
+        report = context.last_report
+        middle = (report.target + report.trigger) // 2
+        if report.compacted_by == "optimal_peak" and report.target < report.tokens_after <= middle:
+            held_above_target.append(report)
+            assert not report.floor_bound
+    assert held_above_target

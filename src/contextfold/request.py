@@ -27,6 +27,7 @@ from .compaction.cost_plan import (
     cheapest_option,
     plan_request,
     planner_prices,
+    reached_below,
     request_growth,
 )
 from .compaction.floor import floor_error
@@ -384,8 +385,10 @@ class RequestPlanner:
                 ledger_raw=math.floor(self.ledger_room(budget) / ratio),
                 deep=cost_planned,
                 hold_raw=raw((paced + trigger) // 2) if cost_planned else None,
+                unlisted_shortened=sticky.unlisted_shortened,
             )
             result, adopted = await self._pass(state, budget, pass_plan, request_raw)
+            listed = result
             if cost_planned and reason != "cold_cache" and not adopted:
                 # Which pass: the deep one, or one that keeps the cached prefix, by what the
                 # cycle each starts costs (a cold cache keeps no prefix: deep, always).
@@ -413,10 +416,29 @@ class RequestPlanner:
                 delivered_raw = after_raw
             elif changed and (after_raw < before_raw or over_budget or adopted or repin):
                 sticky.commit(history, result)
+                # What a pass that kept the cached prefix shortened waits for the next pass
+                # that lists values (see `PassPlan.unlisted_shortened`).
+                sticky.unlisted_shortened = (
+                    frozenset()
+                    if result is listed
+                    else sticky.unlisted_shortened | (result.state.shortened - previous.shortened)
+                )
                 state.state_dirty = True
                 sticky.summaries_adopted = sticky.summaries_adopted or adopted
                 messages_after = math.ceil(result.raw_total * ratio) + overhead
-                sticky.missed_target_at = None if messages_after <= target else messages_after
+                # A cost pass that leaves the view under the band's middle (and room for a
+                # few requests under the trigger) has not missed: the next pass is the cost
+                # model's again, not one the budget forces (see `cost_plan.reached_below`).
+                cadence = sticky.cadence
+                grown = RequestSizes(
+                    messages_size, trigger, target, head, cadence.after, cadence.requests
+                )
+                reached = (
+                    reached_below(target, trigger, request_growth(grown))
+                    if cost_planned
+                    else target
+                )
+                sticky.missed_target_at = None if messages_after <= reached else messages_after
                 sticky.cadence.passed(messages_after)
             else:
                 # Nothing new to commit, or a pass that would make the request bigger (a

@@ -117,6 +117,9 @@ class PassPlan:
     # What it shortens names its recall id in the view. None: a pass over the whole view.
     edit_from: int | None = None
     kept_notice: tuple[dict[str, Any] | None, int] = (None, 0)
+    # Messages an earlier pass shortened without listing their values (one that kept the
+    # cached prefix): a pass that lists takes their values up as if it had shortened them.
+    unlisted_shortened: Collection[int] = ()
 
 
 # Where a deep pass starts relaxing from: the recent fraction does not hold, and the newest
@@ -306,11 +309,19 @@ def run_pass(
     if uses is not None and plan.ledger_raw > 0 and plan.edit_from is None:
         # What this pass took out of the view goes to the ledger, within its share of the
         # budget and never past half the room the pass left.
-        fresh = taken_values(
-            uses, history, _taken_out(history, sticky, state), _shown_by(work), state.ledger.listed
-        )
+        taken = _taken_out(history, sticky, state)
+        if plan.unlisted_shortened:
+            taken = sorted({*taken, *plan.unlisted_shortened})
+        fresh = taken_values(uses, history, taken, _shown_by(work), state.ledger.listed)
         room = max(0, budget_raw - work.raw_total - header_cost) // 2
-        ledger_plan = LedgerPlan(plan.ledger_raw, min(room, plan.ledger_raw), notice_role)
+        capacity = plan.ledger_raw
+        if plan.deep and plan.hold_raw is not None:
+            # A deep pass goes below the band's middle, where any other pass would stop:
+            # half of the room it frees there goes to the ledger, up to its share again
+            # (more values taken out, in more passes, compete for it).
+            freed = max(0, plan.hold_raw - work.raw_total - header_cost) // 2
+            capacity += min(freed, plan.ledger_raw)
+        ledger_plan = LedgerPlan(capacity, min(room, capacity), notice_role)
         _set_ledger(work, extend(state.ledger, history, fresh, ledger_plan, counter))
     # The notice takes at most half the room left under the budget: where protection holds
     # the view near the budget, a notice filling the rest would put the next request over

@@ -54,6 +54,10 @@ class StickyView:
     # is the content a pass that keeps the cached prefix may edit (`PassPlan.edit_from`).
     # None before any pass in this process.
     passed_at_entry: int | None = None
+    # Messages a pass that kept the cached prefix shortened without listing their values
+    # (it leaves the ledger as it was): the next pass that lists takes them up. Empty after
+    # a restore: a resumed view lists nothing more of them.
+    unlisted_shortened: frozenset[int] = frozenset()
 
     @classmethod
     def fresh(cls, history: History) -> StickyView:
@@ -110,6 +114,7 @@ class StickyView:
         # The saved state may predate a pin: the next request checks them all.
         self.pins_seen = frozenset()
         self.passed_at_entry = None
+        self.unlisted_shortened = frozenset()
 
     def carries_answered(self, history: History) -> bool:
         """Whether the view carries a result shortened to fit as the newest group's that
