@@ -72,14 +72,20 @@ async def request(context: ContextFold) -> list[dict[str, Any]]:
     return unstamped(await context.get_messages_for_request(token_budget=BUDGET))
 
 
-async def test_a_cost_pass_leaves_a_current_task_that_fits_whole() -> None:
+async def after_an_earlier_task() -> ContextFold:
+    """A cost-planned context ten rounds into an earlier task: what a pass takes out."""
     context = cost_context()
     await context.add_message(SYSTEM)
     await context.add_message(human("Research every topic and summarise."))
-    for n in range(10):  # an earlier task: what a pass takes out
+    for n in range(10):
         for message in tool_round(n, result_chars=2_400):
             await context.add_message(message)
         await request(context)
+    return context
+
+
+async def test_a_cost_pass_leaves_a_current_task_that_fits_whole() -> None:
+    context = await after_an_earlier_task()
     files = paths(2, 20)
     task: list[dict[str, Any]] = [
         human("Find the EU-WEST-2 export of 2024-04-15 and count its rows.")
@@ -186,13 +192,7 @@ async def test_a_cost_pass_ending_under_the_bands_middle_is_not_floor_bound() ->
     # The current task is held whole while it fits under the middle of the configured band,
     # so a deep pass can end above the target. Under the middle it has not missed: the next
     # pass is the cost model's again (not floor-bound, which would wait for the budget).
-    context = cost_context()
-    await context.add_message(SYSTEM)
-    await context.add_message(human("Research every topic and summarise."))
-    for n in range(10):  # an earlier task: what a pass takes out
-        for message in tool_round(n, result_chars=2_400):
-            await context.add_message(message)
-        await request(context)
+    context = await after_an_earlier_task()
     files = paths(2, 30)
     await context.add_message(human("Find the EU-WEST-2 export of 2024-04-15 and count its rows."))
     rounds = [listing_round(2, files)] + [check_round(2, k, files[k]) for k in range(14)]
