@@ -81,8 +81,18 @@ def build_notice(
     head.append(SEARCH_LINE)
     tail = ["</context-compaction>"]
     budget_chars = reserve_tokens * CHARS_PER_TOKEN - sum(len(line) + 1 for line in head + tail)
-    if budget_chars > 0 and dropped_units:
-        head.extend(_fitted_digest(history, state, budget_chars))
+    digest = (
+        _fitted_digest(history, state, budget_chars) if budget_chars > 0 and dropped_units else []
+    )
+    if dropped_units and not any(_is_digest_line(line) for line in digest):
+        # No room for a line of the digest: the counts, the ids and the way back in one
+        # short paragraph (a small window's notice rides on every request after a pass).
+        return {
+            "role": role,
+            "content": _compact_text(history, state, removed_messages),
+            "metadata": metadata,
+        }
+    head.extend(digest)
     return {
         "role": role,
         # The digest quotes history, which may hold lone surrogates: the view cannot.
@@ -91,8 +101,39 @@ def build_notice(
     }
 
 
+def _compact_text(history: History, state: FoldState, removed_messages: int) -> str:
+    """The notice where its reserve holds no line of the digest: what left the view, by
+    count and id range, and how to read it again, in one paragraph."""
+    removed = state.removed_units.without(state.summarized_units)
+    first_unit = next(removed, None)
+    last_unit = next(state.removed_units.without(state.summarized_units, reverse=True), None)
+    parts = [f"{removed_messages} earlier message(s)"]
+    if first_unit is not None and last_unit is not None:
+        first_id = recall_id(min(history.units[first_unit].entries))
+        last_id = recall_id(max(history.units[last_unit].entries))
+        parts[0] += f" ({first_id}-{last_id})" if first_id != last_id else f" ({first_id})"
+    parts[0] += " left this view"
+    if state.shortened:
+        parts.append(f"{len(state.shortened)} were shortened (marked with their ids)")
+    ledger = state.ledger
+    if ledger.entries:
+        parts.append(f"the ledger above lists {len(ledger.entries)} of their values")
+    return (
+        "<context-compaction>Compacted to fit the context window; the full history is kept: "
+        + "; ".join(parts)
+        + f'. {RECALL_TOOL}("<id>") returns a message whole, {RECALL_TOOL}(query="...") '
+        "searches them.</context-compaction>"
+    )
+
+
 _TITLE = "Removed, in order:"
 _ELISION_ROOM = 60  # characters kept for the elision line
+_ELISION_START = "- ... "
+
+
+def _is_digest_line(line: str) -> bool:
+    """A line of the digest describing a removed turn (not its title, nor the elision)."""
+    return line != _TITLE and not line.startswith(_ELISION_START)
 
 
 def _fitted_digest(history: History, state: FoldState, budget_chars: int) -> list[str]:
@@ -139,7 +180,8 @@ def _fitted_digest(history: History, state: FoldState, budget_chars: int) -> lis
             first_id = min(history.units[first_unit].entries)
             last_id = max(history.units[last_unit].entries)
             middle = [
-                f"- ... {skipped} more item(s) ({recall_id(first_id)}-{recall_id(last_id)}) ..."
+                f"{_ELISION_START}{skipped} more item(s) ({recall_id(first_id)}-"
+                f"{recall_id(last_id)}) ..."
             ]
     return [
         _TITLE,
