@@ -77,6 +77,21 @@ def openai_reply(text: str | None, finish: str) -> dict[str, Any]:
     }
 
 
+def anthropic_reply(
+    text: str, stop: str = "end_turn", model: str = "claude-haiku-4-5"
+) -> dict[str, Any]:
+    return {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 200, "output_tokens": 12},
+    }
+
+
 def anthropic_client(seen: list[dict[str, Any]], stop: str = "end_turn", status: int = 200) -> Any:
     def handler(request: Any) -> Any:
         assert request.method == "POST" and request.url.path == "/v1/messages"
@@ -87,19 +102,7 @@ def anthropic_client(seen: list[dict[str, Any]], stop: str = "end_turn", status:
         if status != 200:
             error = {"type": "overloaded_error", "message": "Overloaded"}
             return httpx.Response(status, json={"type": "error", "error": error})
-        return httpx.Response(
-            200,
-            json={
-                "id": "msg_1",
-                "type": "message",
-                "role": "assistant",
-                "model": "claude-haiku-4-5",
-                "content": [{"type": "text", "text": SUMMARY}],
-                "stop_reason": stop,
-                "stop_sequence": None,
-                "usage": {"input_tokens": 200, "output_tokens": 12},
-            },
-        )
+        return httpx.Response(200, json=anthropic_reply(SUMMARY, stop))
 
     return anthropic.AsyncAnthropic(
         api_key="test-key", http_client=mock_client(handler), max_retries=0

@@ -22,7 +22,7 @@ from contextfold.formats import anthropic as anthropic_format
 from contextfold.formats import openai_chat
 from contextfold.summaries import anthropic_summarizer, openai_summarizer
 from support import tool_round
-from test_summaries_adapters import mock_client, openai_reply
+from test_summaries_adapters import anthropic_reply, mock_client, openai_reply
 
 try:  # the SDKs' HTTP library (renamed httpx2 in their newer releases)
     import httpx2 as httpx
@@ -70,19 +70,7 @@ class Server:
         (self.summaries if summary else self.conversation).append(body)
         text = SUMMARY if summary else "Noted."
         if request.url.path.endswith("/messages"):
-            return httpx.Response(
-                200,
-                json={
-                    "id": "msg_1",
-                    "type": "message",
-                    "role": "assistant",
-                    "model": "claude-sonnet-5",
-                    "content": [{"type": "text", "text": text}],
-                    "stop_reason": "end_turn",
-                    "stop_sequence": None,
-                    "usage": {"input_tokens": 100, "output_tokens": 20},
-                },
-            )
+            return httpx.Response(200, json=anthropic_reply(text, model="claude-sonnet-5"))
         return httpx.Response(200, json=openai_reply(text, "stop"))
 
     def http(self) -> Any:
