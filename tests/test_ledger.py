@@ -140,6 +140,22 @@ async def test_pages_are_appended_and_the_prefix_stays_byte_stable_between_passe
     assert appended >= 2
 
 
+async def test_a_later_page_names_a_task_an_earlier_page_quotes_by_its_id_alone() -> None:
+    _context, views = await run(26, 6_000)
+    pages = max((pages_of(view) for view in views), key=len)
+    assert len(pages) >= 3
+    quoted = re.compile(r'^task (r\d+) "Look up every customer.*":$', re.MULTILINE)
+    by_id = re.compile(r"^task (r\d+):$", re.MULTILINE)
+    first = quoted.findall(pages[0]["content"])
+    assert len(first) == 1, pages[0]["content"]
+    # The prompt's words are on the first page only: every later page of the same task
+    # names it by its id (a small window carried the words once per page before).
+    for page in pages[1:]:
+        text = page["content"]
+        assert not quoted.search(text), text
+        assert by_id.findall(text) == first, text
+
+
 async def test_the_ledger_can_be_turned_off() -> None:
     _context, views = await run(24, 6_000, ledger_share=0)
     assert not any(pages_of(view) for view in views)

@@ -440,6 +440,29 @@ EMPTY = Ledger()
 
 
 @dataclass(frozen=True, slots=True)
+class PagesBefore:
+    """What the ledger's earlier pages already say, which a new page need not repeat:
+    whether there are any (the first page carries the head explaining the ledger), the
+    messages they name, and the tasks whose prompt words a line of theirs quotes (a later
+    page names such a task by its id alone)."""
+
+    first: bool = True
+    sources: frozenset[int] = frozenset()
+    tasks: frozenset[int | None] = frozenset()
+
+    @classmethod
+    def of(cls, ledger: Ledger) -> PagesBefore:
+        return cls(
+            first=not ledger.pages,
+            sources=ledger.sources,
+            tasks=frozenset(e.task for e in ledger.entries),
+        )
+
+
+FIRST_PAGE = PagesBefore()
+
+
+@dataclass(frozen=True, slots=True)
 class LedgerPlan:
     """What one pass gives the ledger: its room in raw tokens (``capacity``: the whole
     ledger; ``allowance``: what this pass may add) and the role its pages are sent as."""
@@ -627,9 +650,8 @@ def extend(
     room = min(plan.capacity - ledger.cost, plan.allowance)
     pool_sources = frozenset(map(_SOURCE, pool))
     if room >= MIN_PAGE_TOKENS:
-        page = _fitted_page(
-            history, pool, room, not ledger.pages, plan.role, counter, ledger.sources, pool_sources
-        )
+        before = PagesBefore.of(ledger)
+        page = _fitted_page(history, pool, room, before, plan.role, counter, pool_sources)
         page_sources = ledger.sources | (page[3] if page else frozenset())
         if page is not None and ({e.source for e in page[2]} | page_sources >= pool_sources):
             message, cost, chosen, named = page
@@ -668,7 +690,7 @@ def repacked(
     both = (*pool, *ledger.entries)
     everything = ranked(dict(zip(map(_VALUE, both), both, strict=True)).values())
     total = (ledger.unlisted if unlisted is None else unlisted) + len(ledger.entries)
-    page = _fitted_page(history, everything, budget, True, role, counter, frozenset())
+    page = _fitted_page(history, everything, budget, FIRST_PAGE, role, counter)
     if page is None:
         return Ledger(pool=tuple(everything[:POOL_SIZE]), unlisted=total, carried=ledger.carried)
     message, cost, chosen, named = page
@@ -728,20 +750,20 @@ def _fitted_page(
     history: History,
     candidates: Sequence[LedgerEntry],
     room: int,
-    first: bool,
+    before: PagesBefore,
     role: str,
     counter: TokenCounter,
-    already: frozenset[int],
     cover: frozenset[int] | None = None,
 ) -> tuple[dict[str, Any], int, list[LedgerEntry], frozenset[int]] | None:
     """The page of the best ``candidates`` whose real count fits ``room`` tokens, the
     entries it lists and the messages it names by id alone: chosen by an estimate of their
     characters, then cut by a quarter until the counter agrees. With ``cover``, None as
-    well when the page with ``already`` cannot name every message of it."""
-    found = _chosen(history, candidates, room, first, already, cover is not None)
+    well when the page with the pages ``before`` it cannot name every message of it."""
+    found = _chosen(history, candidates, room, before, cover is not None)
     if found is None:
         return None
     chosen, named = found
+    already = before.sources
     if cover is not None and not (
         already | {e.source for e in chosen} | {source for source, _task in named} >= cover
     ):
@@ -749,7 +771,7 @@ def _fitted_page(
         # named alone, or leaves it out: what the estimate does not name, no page names.
         return None
     while chosen or named:
-        message = render_page(history, chosen, first, role, named)
+        message = render_page(history, chosen, before, role, named)
         cost = counter.count_message(message)
         if cost <= room:
             return message, cost, chosen, frozenset(source for source, _task in named)
@@ -771,8 +793,7 @@ def _chosen(
     history: History,
     candidates: Sequence[LedgerEntry],
     room: int,
-    first: bool,
-    already: frozenset[int],
+    before: PagesBefore,
     whole: bool = False,
 ) -> tuple[list[LedgerEntry], list[tuple[int, int | None]]] | None:
     """The best candidates whose rendered lines fit ``room`` tokens by estimate, and the
@@ -781,13 +802,15 @@ def _chosen(
     kept for the ids of the messages no line names yet; the values fill the rest, best
     first. With ``whole``, None when the room cannot even hold the id of every candidate's
     message (only a page naming them all is wanted)."""
-    budget = room * CHARS_PER_TOKEN - len(_head(first)) - len(LEDGER_OPEN) - len(LEDGER_CLOSE) - 8
+    head = len(_head(before.first)) + len(LEDGER_OPEN) + len(LEDGER_CLOSE) + 8
+    budget = room * CHARS_PER_TOKEN - head
+    already = before.sources
     task_lines: dict[int | None, int] = {}
 
     def task_cost(task: int | None) -> int:
         line = task_lines.get(task)
         if line is None:
-            line = task_lines[task] = _task_line_cost(history, task)
+            line = task_lines[task] = _task_line_cost(history, task, before.tasks)
         return line
 
     # The messages no page names yet, each named for its id and a separator at least
@@ -795,7 +818,7 @@ def _chosen(
     unnamed = set(map(_SOURCE, candidates)) - already
     reserve = sum(map(len, map(str, unnamed))) + (len(ID_PREFIX) + 2) * len(unnamed)
     # The lines the ids go on when their tasks' lines do not fit (`OTHER_TASKS`).
-    other_room = len(MORE_LINE) + _task_line_cost(history, OTHER_TASKS) if unnamed else 0
+    other_room = len(MORE_LINE) + len(OTHER_TASKS_LINE) + 1 if unnamed else 0
     if whole and reserve > budget:
         # A message is named for at least its id, on a line of its values or alone.
         return None
@@ -872,21 +895,22 @@ def _lines_cost(
 def render_page(
     history: History,
     entries: Sequence[LedgerEntry],
-    first: bool,
+    before: PagesBefore,
     role: str,
     named: Sequence[tuple[int, int | None]] = (),
 ) -> dict[str, Any]:
     """A page: its values by task, then by the message they came from, in history order;
-    after a task's values, the other messages of it holding values, by id."""
+    after a task's values, the other messages of it holding values, by id. A task an
+    earlier page quotes is named by its id alone."""
     by_task: dict[int | None, dict[int, list[str]]] = {}
     for entry in entries:
         by_task.setdefault(entry.task, {}).setdefault(entry.source, []).append(entry.value)
     more: dict[int | None, list[int]] = {}
     for source, task in named:
         more.setdefault(task, []).append(source)
-    lines = [LEDGER_OPEN, _head(first)]
+    lines = [LEDGER_OPEN, _head(before.first)]
     for task in sorted(set(by_task) | set(more), key=_task_order):
-        lines.append(_task_line(history, task))
+        lines.append(_task_line(history, task, before.tasks))
         for source in sorted(by_task.get(task, {})):
             lines.append(f" {recall_id(source)}: {SEPARATOR.join(by_task[task][source])}")
         if task in more:
@@ -912,20 +936,24 @@ def _task_order(task: int | None) -> int | float:
     return math.inf if task == OTHER_TASKS else task
 
 
-def _task_line(history: History, task: int | None) -> str:
+def _task_line(history: History, task: int | None, quoted: frozenset[int | None]) -> str:
     if task is None:
         return NO_TASK_LINE
     if task == OTHER_TASKS:
         return OTHER_TASKS_LINE
+    if task in quoted:
+        return _task_by_id(task)
     return _named_task(task, _prompt_text(history.entries[task].message))
 
 
-def _task_line_cost(history: History, task: int | None) -> int:
+def _task_line_cost(history: History, task: int | None, quoted: frozenset[int | None]) -> int:
     """Characters a task's line takes on a page, its newline included."""
     if task is None:
         return len(NO_TASK_LINE) + 1
     if task == OTHER_TASKS:
         return len(OTHER_TASKS_LINE) + 1
+    if task in quoted:
+        return len(_task_by_id(task)) + 1
     known = history.task_line_costs.get(task)
     if known is None:
         message = history.entries[task].message
@@ -939,7 +967,7 @@ NO_TASK_LINE = "before the first task:"
 OTHER_TASKS = -1
 OTHER_TASKS_LINE = "other tasks:"
 # The fewest characters a task's line takes on a page (an empty prompt, a one-digit id).
-TASK_LINE_FLOOR = min(len(f'task {recall_id(0)} "":'), len(NO_TASK_LINE)) + 1
+TASK_LINE_FLOOR = min(len(f"task {recall_id(0)}:"), len(NO_TASK_LINE)) + 1
 
 
 @lru_cache(maxsize=4096)
@@ -950,6 +978,13 @@ def _named_task(task: int, prompt: str) -> str:
     if len(words) > PROMPT_WORDS_CHARS:
         words = words[: PROMPT_WORDS_CHARS - 1] + "…"
     return f'task {recall_id(task)} "{words}":'
+
+
+def _task_by_id(task: int) -> str:
+    """A task's line on a page after one that quotes its prompt: the words are above,
+    and repeating them on every page a pass appends cost a small window a tenth of its
+    ledger (`contextfold eval`, BFCL at 4,000 tokens: 30k tokens in 1,436 such lines)."""
+    return f"task {recall_id(task)}:"
 
 
 def _prompt_text(message: Mapping[str, Any]) -> str:
