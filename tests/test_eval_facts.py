@@ -141,6 +141,15 @@ def test_identifier_like_spans_of_every_kind_are_found_in_text_and_prose_argumen
     assert "INC-20417" not in found
 
 
+def test_apostrophes_are_not_quotes() -> None:
+    # Read as quotes, "Let's ... John's" made "s check John" a value the user wrote: the
+    # ledger listed it first and the fact rule asked for it.
+    text = "Let's check John's account, and Mary's order 'Blue Widget' (or 'Red-2')."
+    found = dict(candidate_values({"role": "user", "content": text}))
+    assert found == {"Blue Widget": "quoted", "Red-2": "id"}
+    assert candidate_values({"role": "user", "content": "I'm sure it's far, don't go."}) == []
+
+
 def test_plain_words_and_short_numbers_are_never_candidates() -> None:
     message = call("list", {"order": "asc", "folder": "documents", "limit": 50, "flag": True})
     assert candidate_values(message) == []

@@ -69,7 +69,14 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"|(?<![\w.,-])\d{5,}(?![\w,-]|\.\d)"
         ),
     ),
-    ("quoted", re.compile(r"\"([^\"\n]{3,80})\"|'([^'\n]{3,80})'|“([^”\n]{3,80})”")),
+    # A single quote between two letters is an apostrophe ("Let's check John's account"),
+    # not a quote: a single-quoted value opens after no letter and closes before none.
+    (
+        "quoted",
+        re.compile(
+            r"\"([^\"\n]{3,80})\"|(?<![^\W\d_])'([^'\n]{3,80})'(?![^\W\d_])|“([^”\n]{3,80})”"
+        ),
+    ),
 )
 # A whole argument string is a value when it holds one of these (a plain lowercase word
 # or phrase, "asc" or "documents", is an ordinary word, not an identifier).
