@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 from .history import History
 from .identifiers import held_values, occurs
@@ -392,6 +392,9 @@ class Ledger:
     carried: tuple[LedgerEntry, ...] = ()
     # Messages a page names by id alone (their values did not all fit): recall returns them.
     named: frozenset[int] = frozenset()
+    # Tasks a page has a line of (its values, or ids named alone): their prompt's words are
+    # quoted there, and a later page names them by id.
+    tasks: frozenset[int | None] = frozenset()
     listed: frozenset[str] = field(default=frozenset(), compare=False)
 
     def __post_init__(self) -> None:
@@ -417,10 +420,12 @@ class Ledger:
             "unlisted": self.unlisted,
             "carried": [e.to_list() for e in self.carried],
             "named": sorted(self.named),
+            "tasks": sorted(task for task in self.tasks if task is not None),
         }
 
     @classmethod
     def from_dict(cls, document: Mapping[str, Any]) -> Ledger:
+        entries = tuple(LedgerEntry.from_list(e) for e in document["entries"])
         pages = tuple(document["pages"])
         costs = tuple(int(c) for c in document["costs"])
         if len(pages) != len(costs) or not all(isinstance(p, Mapping) for p in pages):
@@ -428,12 +433,26 @@ class Ledger:
         return cls(
             pages=tuple(dict(p) for p in pages),
             costs=costs,
-            entries=tuple(LedgerEntry.from_list(e) for e in document["entries"]),
+            entries=entries,
             pool=tuple(LedgerEntry.from_list(e) for e in document.get("pool", ())),
             unlisted=int(document.get("unlisted", 0)),
             carried=tuple(LedgerEntry.from_list(e) for e in document.get("carried", ())),
             named=frozenset(int(i) for i in document.get("named", ())),
+            tasks=_stored_tasks(document, entries),
         )
+
+
+def _stored_tasks(
+    document: Mapping[str, Any], entries: Sequence[LedgerEntry]
+) -> frozenset[int | None]:
+    """The tasks a stored ledger's pages have lines of; a ledger stored before they were
+    kept has them from its values (a task named by ids alone is quoted once more)."""
+    stored = document.get("tasks")
+    if stored is None:
+        return frozenset(e.task for e in entries)
+    if not isinstance(stored, list) or not all(type(task) is int for task in stored):
+        raise ValueError(f"a stored ledger's tasks are message indexes, got {stored!r}")
+    return frozenset(stored)
 
 
 EMPTY = Ledger()
@@ -452,11 +471,7 @@ class PagesBefore:
 
     @classmethod
     def of(cls, ledger: Ledger) -> PagesBefore:
-        return cls(
-            first=not ledger.pages,
-            sources=ledger.sources,
-            tasks=frozenset(e.task for e in ledger.entries),
-        )
+        return cls(first=not ledger.pages, sources=ledger.sources, tasks=ledger.tasks)
 
 
 FIRST_PAGE = PagesBefore()
@@ -615,6 +630,7 @@ def check_summary(
         ledger.unlisted + len(overflow),
         carried=(*carried, *appended),
         named=ledger.named,
+        tasks=ledger.tasks,
     )
     return SummaryCheck(appendix, checked, len(appended), len(overflow))
 
@@ -654,7 +670,7 @@ def extend(
         page = _fitted_page(history, pool, room, before, plan.role, counter, pool_sources)
         page_sources = ledger.sources | (page[3] if page else frozenset())
         if page is not None and ({e.source for e in page[2]} | page_sources >= pool_sources):
-            message, cost, chosen, named = page
+            message, cost, chosen, named, tasks = page
             taken = {e.value for e in chosen}
             rest = tuple(e for e in pool if e.value not in taken)
             return Ledger(
@@ -665,6 +681,7 @@ def extend(
                 unlisted=unlisted - len(chosen),
                 carried=ledger.carried,
                 named=ledger.named | named,
+                tasks=ledger.tasks | tasks,
             )
     worst = min((e.score for e in ledger.entries), default=None)
     silent = not pool_sources <= ledger.sources
@@ -693,7 +710,7 @@ def repacked(
     page = _fitted_page(history, everything, budget, FIRST_PAGE, role, counter)
     if page is None:
         return Ledger(pool=tuple(everything[:POOL_SIZE]), unlisted=total, carried=ledger.carried)
-    message, cost, chosen, named = page
+    message, cost, chosen, named, tasks = page
     taken = {e.value for e in chosen}
     rest = tuple(e for e in everything if e.value not in taken)[:POOL_SIZE]
     return Ledger(
@@ -704,6 +721,7 @@ def repacked(
         unlisted=total - len(chosen),
         carried=ledger.carried,
         named=named,
+        tasks=tasks,
     )
 
 
@@ -725,6 +743,7 @@ def _with(ledger: Ledger, pool: tuple[LedgerEntry, ...], unlisted: int) -> Ledge
         unlisted,
         ledger.carried,
         ledger.named,
+        ledger.tasks,
         ledger.listed,
     )
 
@@ -746,6 +765,14 @@ def _merged_pool(
     return tuple(ranked(best.values())[:POOL_SIZE])
 
 
+class _FittedPage(NamedTuple):
+    message: dict[str, Any]
+    cost: int  # its real count
+    chosen: list[LedgerEntry]  # the values it lists
+    named: frozenset[int]  # the messages it names by id alone
+    tasks: frozenset[int | None]  # the tasks it has lines of
+
+
 def _fitted_page(
     history: History,
     candidates: Sequence[LedgerEntry],
@@ -754,9 +781,10 @@ def _fitted_page(
     role: str,
     counter: TokenCounter,
     cover: frozenset[int] | None = None,
-) -> tuple[dict[str, Any], int, list[LedgerEntry], frozenset[int]] | None:
+) -> _FittedPage | None:
     """The page of the best ``candidates`` whose real count fits ``room`` tokens, the
-    entries it lists and the messages it names by id alone: chosen by an estimate of their
+    entries it lists, the messages it names by id alone and the tasks it has lines of
+    (`OTHER_TASKS` is none): chosen by an estimate of their
     characters, then cut by a quarter until the counter agrees. With ``cover``, None as
     well when the page with the pages ``before`` it cannot name every message of it."""
     found = _chosen(history, candidates, room, before, cover is not None)
@@ -774,7 +802,10 @@ def _fitted_page(
         message = render_page(history, chosen, before, role, named)
         cost = counter.count_message(message)
         if cost <= room:
-            return message, cost, chosen, frozenset(source for source, _task in named)
+            tasks = {e.task for e in chosen} | {task for _source, task in named}
+            tasks.discard(OTHER_TASKS)
+            named_alone = frozenset(source for source, _task in named)
+            return _FittedPage(message, cost, chosen, named_alone, frozenset(tasks))
         # Values leave first, their messages then named by id alone; ids last.
         if chosen:
             cut = chosen[len(chosen) * 3 // 4 :]
