@@ -10,12 +10,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contextfold.compaction.cost_plan import (
+    CacheWatch,
     PassOption,
+    PeakRule,
+    RequestSizes,
     cheapest_option,
     decide,
     optimal_peak,
+    plan_request,
     reached_below,
     rewrite_price,
+    still_pays,
 )
 from contextfold.compaction.cost_plan import cycle_cost as option_cost
 from contextfold.costing import PricedRequest, session_cost
@@ -181,3 +186,69 @@ def test_what_a_cost_pass_counts_as_reached_lies_between_the_target_and_the_midd
     trigger = target + band
     reached = reached_below(target, trigger, growth)
     assert target <= reached <= max(target, (target + trigger) // 2)
+
+
+def test_the_ledger_the_view_carries_rides_half_on_the_bands_middle() -> None:
+    # The hold a deep pass weighs the view against carries half the ledger: a pass that
+    # stopped there has not missed.
+    assert reached_below(5_000, 9_000, 50.0, ledger=800) == 7_400
+    # Still never closer to the trigger than four requests of growth.
+    assert reached_below(5_000, 9_000, 700.0, ledger=800) == 9_000 - 4 * 700
+    # A negative ledger figure counts as none.
+    assert reached_below(5_000, 9_000, 50.0, ledger=-800) == 7_000
+
+
+@given(
+    target=st.integers(0, 200_000),
+    band=st.integers(0, 200_000),
+    growth=st.floats(0, 1e6, allow_nan=False),
+    ledger=st.integers(0, 50_000),
+)
+def test_with_a_ledger_what_a_pass_counts_as_reached_stays_under_the_trigger(
+    target: int, band: int, growth: float, ledger: int
+) -> None:
+    trigger = target + band
+    reached = reached_below(target, trigger, growth, ledger)
+    assert reached >= reached_below(target, trigger, growth)
+    assert reached <= max(target, trigger)
+
+
+SONNET = prices_for("claude-sonnet-4-5")
+
+
+def steady(size: int, floor: int | None = None) -> RequestSizes:
+    """A view of ``size`` tokens, 8 requests after a pass that left 2,000 (head 500),
+    under a trigger of 20,000."""
+    return RequestSizes(size, 20_000, 6_000, 500, 2_000, 8, floor)
+
+
+def test_an_early_pass_that_lands_near_where_it_started_does_not_pay() -> None:
+    rule = PeakRule(SONNET)
+    sizes = steady(15_000)
+    # The rule fires on the floor the last pass reached...
+    assert plan_request(rule, sizes, warm=True) == "optimal_peak"
+    # ... and the pass pays where it gets near that floor,
+    assert still_pays(rule, sizes, 2_500)
+    # but not where protection holds it far above it: rewriting 14,000 tokens to save
+    # 1,000 costs more than the reads it saves before the trigger.
+    assert not still_pays(rule, sizes, 14_000)
+
+
+def test_the_floor_an_early_pass_reached_is_what_the_rule_expects_until_a_pass_commits() -> None:
+    rule = PeakRule(SONNET)
+    # Having found it could not go below 14,000, the rule does not fire again at once ...
+    assert plan_request(rule, steady(15_200, floor=14_000), warm=True) == ""
+    # ... nor while the view stays near that floor, the trigger a hard bound still.
+    assert plan_request(rule, steady(19_000, floor=14_000), warm=True) == ""
+    assert plan_request(rule, steady(20_001, floor=14_000), warm=True) == "trigger"
+    # A cold cache: whatever the floor, a pass rewrites nothing the next request would read.
+    assert plan_request(rule, steady(15_200, floor=14_000), warm=False) == "cold_cache"
+
+
+def test_a_committed_pass_forgets_the_floor_a_declined_one_reached() -> None:
+    watch = CacheWatch()
+    watch.floor = 14_000
+    watch.delivered(100.0, passed=False)
+    assert watch.floor == 14_000
+    watch.delivered(101.0, passed=True)
+    assert watch.floor is None

@@ -29,6 +29,7 @@ from .compaction.cost_plan import (
     planner_prices,
     reached_below,
     request_growth,
+    still_pays,
 )
 from .compaction.floor import floor_error
 from .compaction.kept_prefix import kept_raw, message_costs
@@ -375,9 +376,13 @@ class RequestPlanner:
             paced = target if hard_fit else sticky.cadence.target(messages_size, trigger, target)
             cost_planned = cost_planned and (paced == target or reason == "cold_cache")
             deep = COST_PASS_TARGET if cost_planned else paced
+            # A pass the cost model fired under the trigger ("optimal_peak") is no pass the
+            # trigger forced: its limit is the trigger, so it yields no soft protection for
+            # ending high in the band, as one the trigger fired does (see `cost_plan.still_pays`).
+            early = reason == "optimal_peak"
             pass_plan = PassPlan(
                 target_raw=raw(deep),
-                limit_raw=raw(trigger if deep == target or cost_planned else deep),
+                limit_raw=raw(trigger if deep == target or cost_planned or early else deep),
                 budget_raw=raw(budget),
                 retained=retained,
                 notice_reserve=reserve,
@@ -394,6 +399,16 @@ class RequestPlanner:
                 # cycle each starts costs (a cold cache keeps no prefix: deep, always).
                 sizes = PassSizes(messages_size, trigger, head, ratio, overhead)
                 result, head = self.cheapest_pass(state, budget, pass_plan, result, sizes)
+            # A pass the peak rule fired early is committed only if it still pays at the
+            # floor it reached (see `cost_plan.still_pays`), whichever pass it is (one that
+            # keeps the cached prefix rewrites only what follows it: ``head``).
+            declined = (
+                reason == "optimal_peak"
+                and not adopted
+                and not self.still_pays(
+                    state, prices, (messages_size, trigger, target, head), result, ratio, overhead
+                )
+            )
             after_raw = result.raw_total + result.notice_cost + request_raw
             after = math.ceil(after_raw * ratio) + overhead
             if after > budget:
@@ -414,7 +429,11 @@ class RequestPlanner:
                 # the next request without it does not keep it.
                 delivered = assemble_view(history, result.state, result.notice)
                 delivered_raw = after_raw
-            elif changed and (after_raw < before_raw or over_budget or adopted or repin):
+            elif (
+                changed
+                and not declined
+                and (after_raw < before_raw or over_budget or adopted or repin)
+            ):
                 sticky.commit(history, result)
                 # What a pass that kept the cached prefix shortened waits for the next pass
                 # that lists values (see `PassPlan.unlisted_shortened`).
@@ -433,8 +452,9 @@ class RequestPlanner:
                 grown = RequestSizes(
                     messages_size, trigger, target, head, cadence.after, cadence.requests
                 )
+                ledger = math.ceil(result.state.ledger.cost * ratio)
                 reached = (
-                    reached_below(target, trigger, request_growth(grown))
+                    reached_below(target, trigger, request_growth(grown), ledger)
                     if cost_planned
                     else target
                 )
@@ -498,9 +518,36 @@ class RequestPlanner:
             rule = self._rules[prices.name] = PeakRule(prices)
         cadence = state.sticky.cadence
         size, hard_bound, target, head = sizes
-        planned = RequestSizes(size, hard_bound, target, head, cadence.after, cadence.requests)
-        warm = state.cache_watch.warm(prices.cache_lifetime, now, state.last_reading)
+        watch = state.cache_watch
+        planned = RequestSizes(
+            size, hard_bound, target, head, cadence.after, cadence.requests, watch.floor
+        )
+        warm = watch.warm(prices.cache_lifetime, now, state.last_reading)
         return plan_request(rule, planned, warm)
+
+    def still_pays(
+        self,
+        state: ContextState,
+        prices: Prices,
+        sizes: tuple[int, int, int, int],
+        result: PassResult,
+        ratio: float,
+        overhead: int,
+    ) -> bool:
+        """Whether the pass ``result`` the peak rule fired still pays at the floor it
+        reached (`cost_plan.still_pays`); ``sizes`` as for `cost_reason`, the head being
+        what the pass leaves as it was."""
+        rule = self._rules.get(prices.name)
+        if rule is None:
+            rule = self._rules[prices.name] = PeakRule(prices)
+        cadence = state.sticky.cadence
+        size, hard_bound, target, head = sizes
+        planned = RequestSizes(size, hard_bound, target, head, cadence.after, cadence.requests)
+        reached = math.ceil(result.raw_total * ratio) + overhead
+        if still_pays(rule, planned, reached):
+            return True
+        state.cache_watch.floor = reached
+        return False
 
     def cheapest_pass(
         self,

@@ -151,10 +151,16 @@ class CacheWatch:
     seen_reads: bool = False  # some reading reported cache reads: the provider caches
     reading: UsageReading | None = None  # the last reading looked at
     cold_reading: bool = False  # that reading read nothing where a steady request would
+    # What a pass the peak rule fired reached when it did not pay there (`still_pays`), in
+    # tokens of the view's messages: the floor protection allows, which the rule expects
+    # from then on, until a pass is committed (it does not fire again on every request).
+    floor: int | None = None
 
     def delivered(self, at: float, passed: bool) -> None:
         """A view went out at ``at``; ``passed`` when a pass made it."""
         self.last_at, self.last_passed = at, passed
+        if passed:
+            self.floor = None
 
     def warm(self, lifetime: int, now: float, reading: UsageReading | None) -> bool:
         """Whether the provider still holds the last request's prefix: not when the cache
@@ -181,6 +187,7 @@ class RequestSizes(NamedTuple):
     head: int  # the leading system messages and first prompt, which a pass leaves as they are
     last_after: int | None  # what the last committed pass left, None before the first
     requests_since: int  # requests delivered since then (or since the start)
+    floor: int | None = None  # what a pass since then reached and did not commit
 
 
 def request_growth(sizes: RequestSizes) -> float:
@@ -200,12 +207,37 @@ def plan_request(rule: PeakRule, sizes: RequestSizes, warm: bool) -> str:
     # rather than sooner), unless the cache is cold, when a pass rewrites nothing it would
     # have read and whatever it takes out is saved.
     after = last_after if last_after is not None else sizes.target if warm else sizes.head
+    if sizes.floor is not None:
+        # A pass since the last one found it could not go below this (`still_pays`).
+        after = max(after, sizes.floor)
     return rule.reason(size, growth, after, sizes.head, sizes.trigger, warm)
 
 
-def reached_below(target: int, trigger: int, growth: float) -> int:
+def still_pays(rule: PeakRule, sizes: RequestSizes, reached: int) -> bool:
+    """Whether a pass the peak rule fired before the trigger ("optimal_peak") still pays,
+    with the floor it actually ``reached`` (tokens of the view's messages it leaves;
+    ``sizes.head``: what it left as it was from the start) in place of the floor the rule
+    expected (what the last pass reached).
+
+    The rule fires on the growth it has seen: a request that brought one large result makes
+    the view look as if it grew fast, and the peak for the last floor comes early. But what
+    a pass can take out is only what protection lets go: the large result, newest, stays,
+    and the pass lands far above the floor expected. Priced at that floor, the rewrite such a
+    pass starts costs more than the reads it saves before the trigger would have come, and it
+    had taken out the messages the task was using (`contextfold eval`, BFCL at 8,000
+    tokens: a pass at 6,600 tokens of a 7,065 trigger that left 4,700 and took the listing
+    the next step read). Such a pass is not committed: the view waits, as the rule would have
+    had it known the floor. A pass the trigger or a cold cache fired is not asked."""
+    growth = request_growth(sizes)
+    reason = rule.reason(sizes.size, growth, reached, sizes.head, sizes.trigger, True)
+    return reason == "optimal_peak"
+
+
+def reached_below(target: int, trigger: int, growth: float, ledger: int = 0) -> int:
     """The view size, in tokens, up to which a cost pass counts as having reached its
-    target: the middle of the band between the configured ``target`` and ``trigger``, as far
+    target: the middle of the band between the configured ``target`` and ``trigger``, with
+    half the ``ledger`` the view carries on top (the hold a deep pass weighs the view
+    against, see `planner.run_pass`: a pass that stopped at its hold has not missed), as far
     as that leaves `MIN_REQUESTS_BETWEEN_PASSES` requests of ``growth`` under the trigger
     (never below the target itself).
 
@@ -215,7 +247,7 @@ def reached_below(target: int, trigger: int, growth: float) -> int:
     is held against the band's middle), and every later pass would be one the budget
     forces: the threshold planner's, rules and depth alike, and a view parked near the
     budget (`contextfold eval`, long-horizon at 16,000 tokens: $7.80 against $7.14)."""
-    middle = (target + trigger) // 2
+    middle = (target + trigger) // 2 + max(0, ledger) // 2
     return max(target, min(middle, trigger - math.ceil(MIN_REQUESTS_BETWEEN_PASSES * growth)))
 
 

@@ -23,6 +23,7 @@ from typing import ClassVar, Protocol
 from ..history import LONG_TEXT_CHARS
 from ..messages import Kind, text_length
 from . import settings
+from .protection import REASON_RECENT_RESULT
 from .tool_names import result_tool_names
 from .truncate import (
     SHAPE_HEAD,
@@ -119,10 +120,13 @@ class TruncateToolResults:
     def apply(self, work: WorkingView, target_raw: int) -> None:
         entries = work.history.entries
         drawn_on: list[tuple[int, dict, int]] = []
+        reused: list[tuple[int, dict, int]] = []
+        # A deep pass holds what a later message drew a value from (see `_shorten_reused`).
+        reuse_held = work.holds_reused and work.uses is not None and work.scope_start is None
         # Only text over LONG_TEXT_CHARS can be worth shortening (history lists it).
         for index in work.kept_among(work.history.long_texts):
             if work.raw_total <= target_raw:
-                return
+                break
             if not _may_shorten(work, index, entries[index].info.kind, (Kind.TOOL_RESULT,)):
                 continue
             shortened = self._shortened(work, index)
@@ -132,7 +136,12 @@ class TruncateToolResults:
             if work.held_by_current_task(index):
                 drawn_on.append((index, short, current_cost))  # decided below, together
                 continue
+            if reuse_held and _newest_reused(work, index):
+                reused.append((index, short, current_cost))  # decided below, together
+                continue
             _swap_if_smaller(work, index, short, current_cost, self.name)
+        if reused and work.raw_total > target_raw:
+            _shorten_reused(work, reused, target_raw, self.name)
         # A pass that keeps the cached prefix (`PassPlan.edit_from`) is one option beside the
         # deep pass: it leaves the current task's working set whole.
         if not drawn_on or work.raw_total <= target_raw or work.scope_start is not None:
@@ -321,6 +330,50 @@ def _hold_under(work: WorkingView, target_raw: int) -> int:
     if work.hold_raw is not None:
         return work.hold_raw
     return (target_raw + work.limit_raw) // 2
+
+
+def _newest_reused(work: WorkingView, index: int) -> bool:
+    """Whether the message is one of the newest results (a deep pass may shorten them,
+    not remove them) and a later message drew a value from it (an id copied out of it into
+    a call): what a deep pass holds against its hold, as `DropLeastUsed` holds such units."""
+    uses = work.uses
+    unit = work.history.entries[index].unit
+    return (
+        uses is not None
+        and uses.last_use(index) > index
+        and work.protection.unit_reason(unit) == REASON_RECENT_RESULT
+    )
+
+
+def _shorten_reused(
+    work: WorkingView, reused: list[tuple[int, dict, int]], target_raw: int, rung: str
+) -> None:
+    """Shorten the results a later message drew a value from (oldest first) in a deep pass,
+    only as `DropLeastUsed` removes their units: while the view is above the hold, and only
+    when removing every unit that is neither held nor drawn on cannot bring it there.
+
+    A deep pass holds such units whole against the hold when it removes (the ids the
+    conversation keeps coming back to); shortening comes first in the ladder, so without
+    the same hold here the pass would cut the middle out of them before it had removed
+    anything, and keep their husks: a booking's history the agent had taken its id from,
+    among the newest results, lost its fare class (`contextfold eval`, BFCL at 8,000
+    tokens)."""
+    hold = _hold_under(work, target_raw)
+    units = work.history.units
+    truncated = work.state.truncated
+    spare = sum(
+        work.history.unit_cost(units[u], truncated)
+        for u in work.kept_units()
+        if not work.protection.unit_reason(u)
+        and not work.unit_held_by_current_task(u)
+        and work.unit_last_use(u) <= max(units[u].entries)
+    )
+    if work.raw_total - spare <= hold:
+        return
+    for index, short, cost in reused:
+        if work.raw_total <= max(target_raw, hold):
+            return
+        _swap_if_smaller(work, index, short, cost, rung)
 
 
 def _current_task_keeps_what_it_draws_on(work: WorkingView, target_raw: int) -> bool:
