@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 
 from contextfold import ConfigError, ContextFold
 from contextfold.identifiers import held_values
-from contextfold.ledger import Ledger
 from contextfold.summaries import scripted_summarizer
 from support import SYSTEM, assert_pairing, human, prose
 
@@ -139,27 +138,6 @@ async def test_pages_are_appended_and_the_prefix_stays_byte_stable_between_passe
         at = before.index(old[-1]) + 1
         assert json.dumps(after[:at]) == json.dumps(before[:at])
     assert appended >= 2
-
-
-@pytest.mark.parametrize("planner", ["threshold", "cost"])
-async def test_a_later_page_names_a_task_an_earlier_page_quotes_by_its_id_alone(
-    planner: str,
-) -> None:
-    # The cost planner's first deep pass names the task's messages by id alone ("more
-    # values in ..."), with no value of it: the task's line is quoted all the same.
-    _context, views = await run(26, 6_000, planner=planner)
-    pages = max((pages_of(view) for view in views), key=len)
-    assert len(pages) >= 3
-    quoted = re.compile(r'^task (r\d+) "Look up every customer.*":$', re.MULTILINE)
-    by_id = re.compile(r"^task (r\d+):$", re.MULTILINE)
-    first = quoted.findall(pages[0]["content"])
-    assert len(first) == 1, pages[0]["content"]
-    # The prompt's words are on the first page only: every later page of the same task
-    # names it by its id (a small window carried the words once per page before).
-    for page in pages[1:]:
-        text = page["content"]
-        assert not quoted.search(text), text
-        assert by_id.findall(text) == first, text
 
 
 async def test_the_ledger_can_be_turned_off() -> None:
@@ -440,20 +418,3 @@ def test_a_page_too_small_for_every_tasks_line_still_names_every_message_taken_o
     # A room too small for every id still names what fits, and never more than the room.
     small = repacked(EMPTY, history, entries, 40, "user", counter)
     assert small.cost <= 40 and small.named < sources
-
-
-async def test_a_stored_ledger_keeps_the_tasks_its_pages_quote() -> None:
-    context, _views = await run(26, 6_000, planner="cost")
-    ledger = context._state.sticky.state.ledger
-    assert ledger.tasks and ledger.pages
-    document = json.loads(json.dumps(ledger.to_dict()))
-    assert Ledger.from_dict(document) == ledger
-    # A ledger stored before the tasks were kept has those of its values: one named by
-    # ids alone is quoted once more on the next page, nothing worse.
-    del document["tasks"]
-    older = Ledger.from_dict(document)
-    assert older.tasks == {e.task for e in ledger.entries} <= ledger.tasks
-    # A foreign or damaged document is refused (a stored session then plans afresh).
-    for bad in ("r1", [1, "2"], [True], {"1": 1}):
-        with pytest.raises(ValueError, match="tasks are message indexes"):
-            Ledger.from_dict({**document, "tasks": bad})

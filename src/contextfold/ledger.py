@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import attrgetter
-from typing import Any, NamedTuple
+from typing import Any
 
 from .history import History
 from .identifiers import held_values, occurs
@@ -392,9 +392,6 @@ class Ledger:
     carried: tuple[LedgerEntry, ...] = ()
     # Messages a page names by id alone (their values did not all fit): recall returns them.
     named: frozenset[int] = frozenset()
-    # Tasks a page has a line of (its values, or ids named alone): their prompt's words are
-    # quoted there, and a later page names them by id.
-    tasks: frozenset[int | None] = frozenset()
     listed: frozenset[str] = field(default=frozenset(), compare=False)
 
     def __post_init__(self) -> None:
@@ -420,12 +417,10 @@ class Ledger:
             "unlisted": self.unlisted,
             "carried": [e.to_list() for e in self.carried],
             "named": sorted(self.named),
-            "tasks": sorted(task for task in self.tasks if task is not None),
         }
 
     @classmethod
     def from_dict(cls, document: Mapping[str, Any]) -> Ledger:
-        entries = tuple(LedgerEntry.from_list(e) for e in document["entries"])
         pages = tuple(document["pages"])
         costs = tuple(int(c) for c in document["costs"])
         if len(pages) != len(costs) or not all(isinstance(p, Mapping) for p in pages):
@@ -433,48 +428,15 @@ class Ledger:
         return cls(
             pages=tuple(dict(p) for p in pages),
             costs=costs,
-            entries=entries,
+            entries=tuple(LedgerEntry.from_list(e) for e in document["entries"]),
             pool=tuple(LedgerEntry.from_list(e) for e in document.get("pool", ())),
             unlisted=int(document.get("unlisted", 0)),
             carried=tuple(LedgerEntry.from_list(e) for e in document.get("carried", ())),
             named=frozenset(int(i) for i in document.get("named", ())),
-            tasks=_stored_tasks(document, entries),
         )
 
 
-def _stored_tasks(
-    document: Mapping[str, Any], entries: Sequence[LedgerEntry]
-) -> frozenset[int | None]:
-    """The tasks a stored ledger's pages have lines of; a ledger stored before they were
-    kept has them from its values (a task named by ids alone is quoted once more)."""
-    stored = document.get("tasks")
-    if stored is None:
-        return frozenset(e.task for e in entries)
-    if not isinstance(stored, list) or not all(type(task) is int for task in stored):
-        raise ValueError(f"a stored ledger's tasks are message indexes, got {stored!r}")
-    return frozenset(stored)
-
-
 EMPTY = Ledger()
-
-
-@dataclass(frozen=True, slots=True)
-class PagesBefore:
-    """What the ledger's earlier pages already say, which a new page need not repeat:
-    whether there are any (the first page carries the head explaining the ledger), the
-    messages they name, and the tasks whose prompt words a line of theirs quotes (a later
-    page names such a task by its id alone)."""
-
-    first: bool = True
-    sources: frozenset[int] = frozenset()
-    tasks: frozenset[int | None] = frozenset()
-
-    @classmethod
-    def of(cls, ledger: Ledger) -> PagesBefore:
-        return cls(first=not ledger.pages, sources=ledger.sources, tasks=ledger.tasks)
-
-
-FIRST_PAGE = PagesBefore()
 
 
 @dataclass(frozen=True, slots=True)
@@ -630,7 +592,6 @@ def check_summary(
         ledger.unlisted + len(overflow),
         carried=(*carried, *appended),
         named=ledger.named,
-        tasks=ledger.tasks,
     )
     return SummaryCheck(appendix, checked, len(appended), len(overflow))
 
@@ -666,11 +627,12 @@ def extend(
     room = min(plan.capacity - ledger.cost, plan.allowance)
     pool_sources = frozenset(map(_SOURCE, pool))
     if room >= MIN_PAGE_TOKENS:
-        before = PagesBefore.of(ledger)
-        page = _fitted_page(history, pool, room, before, plan.role, counter, pool_sources)
+        page = _fitted_page(
+            history, pool, room, not ledger.pages, plan.role, counter, ledger.sources, pool_sources
+        )
         page_sources = ledger.sources | (page[3] if page else frozenset())
         if page is not None and ({e.source for e in page[2]} | page_sources >= pool_sources):
-            message, cost, chosen, named, tasks = page
+            message, cost, chosen, named = page
             taken = {e.value for e in chosen}
             rest = tuple(e for e in pool if e.value not in taken)
             return Ledger(
@@ -681,7 +643,6 @@ def extend(
                 unlisted=unlisted - len(chosen),
                 carried=ledger.carried,
                 named=ledger.named | named,
-                tasks=ledger.tasks | tasks,
             )
     worst = min((e.score for e in ledger.entries), default=None)
     silent = not pool_sources <= ledger.sources
@@ -707,10 +668,10 @@ def repacked(
     both = (*pool, *ledger.entries)
     everything = ranked(dict(zip(map(_VALUE, both), both, strict=True)).values())
     total = (ledger.unlisted if unlisted is None else unlisted) + len(ledger.entries)
-    page = _fitted_page(history, everything, budget, FIRST_PAGE, role, counter)
+    page = _fitted_page(history, everything, budget, True, role, counter, frozenset())
     if page is None:
         return Ledger(pool=tuple(everything[:POOL_SIZE]), unlisted=total, carried=ledger.carried)
-    message, cost, chosen, named, tasks = page
+    message, cost, chosen, named = page
     taken = {e.value for e in chosen}
     rest = tuple(e for e in everything if e.value not in taken)[:POOL_SIZE]
     return Ledger(
@@ -721,7 +682,6 @@ def repacked(
         unlisted=total - len(chosen),
         carried=ledger.carried,
         named=named,
-        tasks=tasks,
     )
 
 
@@ -743,7 +703,6 @@ def _with(ledger: Ledger, pool: tuple[LedgerEntry, ...], unlisted: int) -> Ledge
         unlisted,
         ledger.carried,
         ledger.named,
-        ledger.tasks,
         ledger.listed,
     )
 
@@ -765,33 +724,24 @@ def _merged_pool(
     return tuple(ranked(best.values())[:POOL_SIZE])
 
 
-class _FittedPage(NamedTuple):
-    message: dict[str, Any]
-    cost: int  # its real count
-    chosen: list[LedgerEntry]  # the values it lists
-    named: frozenset[int]  # the messages it names by id alone
-    tasks: frozenset[int | None]  # the tasks it has lines of
-
-
 def _fitted_page(
     history: History,
     candidates: Sequence[LedgerEntry],
     room: int,
-    before: PagesBefore,
+    first: bool,
     role: str,
     counter: TokenCounter,
+    already: frozenset[int],
     cover: frozenset[int] | None = None,
-) -> _FittedPage | None:
+) -> tuple[dict[str, Any], int, list[LedgerEntry], frozenset[int]] | None:
     """The page of the best ``candidates`` whose real count fits ``room`` tokens, the
-    entries it lists, the messages it names by id alone and the tasks it has lines of
-    (`OTHER_TASKS` is none): chosen by an estimate of their
+    entries it lists and the messages it names by id alone: chosen by an estimate of their
     characters, then cut by a quarter until the counter agrees. With ``cover``, None as
-    well when the page with the pages ``before`` it cannot name every message of it."""
-    found = _chosen(history, candidates, room, before, cover is not None)
+    well when the page with ``already`` cannot name every message of it."""
+    found = _chosen(history, candidates, room, first, already, cover is not None)
     if found is None:
         return None
     chosen, named = found
-    already = before.sources
     if cover is not None and not (
         already | {e.source for e in chosen} | {source for source, _task in named} >= cover
     ):
@@ -799,13 +749,10 @@ def _fitted_page(
         # named alone, or leaves it out: what the estimate does not name, no page names.
         return None
     while chosen or named:
-        message = render_page(history, chosen, before, role, named)
+        message = render_page(history, chosen, first, role, named)
         cost = counter.count_message(message)
         if cost <= room:
-            tasks = {e.task for e in chosen} | {task for _source, task in named}
-            tasks.discard(OTHER_TASKS)
-            named_alone = frozenset(source for source, _task in named)
-            return _FittedPage(message, cost, chosen, named_alone, frozenset(tasks))
+            return message, cost, chosen, frozenset(source for source, _task in named)
         # Values leave first, their messages then named by id alone; ids last.
         if chosen:
             cut = chosen[len(chosen) * 3 // 4 :]
@@ -824,7 +771,8 @@ def _chosen(
     history: History,
     candidates: Sequence[LedgerEntry],
     room: int,
-    before: PagesBefore,
+    first: bool,
+    already: frozenset[int],
     whole: bool = False,
 ) -> tuple[list[LedgerEntry], list[tuple[int, int | None]]] | None:
     """The best candidates whose rendered lines fit ``room`` tokens by estimate, and the
@@ -833,15 +781,13 @@ def _chosen(
     kept for the ids of the messages no line names yet; the values fill the rest, best
     first. With ``whole``, None when the room cannot even hold the id of every candidate's
     message (only a page naming them all is wanted)."""
-    head = len(_head(before.first)) + len(LEDGER_OPEN) + len(LEDGER_CLOSE) + 8
-    budget = room * CHARS_PER_TOKEN - head
-    already = before.sources
+    budget = room * CHARS_PER_TOKEN - len(_head(first)) - len(LEDGER_OPEN) - len(LEDGER_CLOSE) - 8
     task_lines: dict[int | None, int] = {}
 
     def task_cost(task: int | None) -> int:
         line = task_lines.get(task)
         if line is None:
-            line = task_lines[task] = _task_line_cost(history, task, before.tasks)
+            line = task_lines[task] = _task_line_cost(history, task)
         return line
 
     # The messages no page names yet, each named for its id and a separator at least
@@ -849,7 +795,7 @@ def _chosen(
     unnamed = set(map(_SOURCE, candidates)) - already
     reserve = sum(map(len, map(str, unnamed))) + (len(ID_PREFIX) + 2) * len(unnamed)
     # The lines the ids go on when their tasks' lines do not fit (`OTHER_TASKS`).
-    other_room = len(MORE_LINE) + len(OTHER_TASKS_LINE) + 1 if unnamed else 0
+    other_room = len(MORE_LINE) + _task_line_cost(history, OTHER_TASKS) if unnamed else 0
     if whole and reserve > budget:
         # A message is named for at least its id, on a line of its values or alone.
         return None
@@ -926,22 +872,21 @@ def _lines_cost(
 def render_page(
     history: History,
     entries: Sequence[LedgerEntry],
-    before: PagesBefore,
+    first: bool,
     role: str,
     named: Sequence[tuple[int, int | None]] = (),
 ) -> dict[str, Any]:
     """A page: its values by task, then by the message they came from, in history order;
-    after a task's values, the other messages of it holding values, by id. A task an
-    earlier page quotes is named by its id alone."""
+    after a task's values, the other messages of it holding values, by id."""
     by_task: dict[int | None, dict[int, list[str]]] = {}
     for entry in entries:
         by_task.setdefault(entry.task, {}).setdefault(entry.source, []).append(entry.value)
     more: dict[int | None, list[int]] = {}
     for source, task in named:
         more.setdefault(task, []).append(source)
-    lines = [LEDGER_OPEN, _head(before.first)]
+    lines = [LEDGER_OPEN, _head(first)]
     for task in sorted(set(by_task) | set(more), key=_task_order):
-        lines.append(_task_line(history, task, before.tasks))
+        lines.append(_task_line(history, task))
         for source in sorted(by_task.get(task, {})):
             lines.append(f" {recall_id(source)}: {SEPARATOR.join(by_task[task][source])}")
         if task in more:
@@ -967,24 +912,20 @@ def _task_order(task: int | None) -> int | float:
     return math.inf if task == OTHER_TASKS else task
 
 
-def _task_line(history: History, task: int | None, quoted: frozenset[int | None]) -> str:
+def _task_line(history: History, task: int | None) -> str:
     if task is None:
         return NO_TASK_LINE
     if task == OTHER_TASKS:
         return OTHER_TASKS_LINE
-    if task in quoted:
-        return _task_by_id(task)
     return _named_task(task, _prompt_text(history.entries[task].message))
 
 
-def _task_line_cost(history: History, task: int | None, quoted: frozenset[int | None]) -> int:
+def _task_line_cost(history: History, task: int | None) -> int:
     """Characters a task's line takes on a page, its newline included."""
     if task is None:
         return len(NO_TASK_LINE) + 1
     if task == OTHER_TASKS:
         return len(OTHER_TASKS_LINE) + 1
-    if task in quoted:
-        return len(_task_by_id(task)) + 1
     known = history.task_line_costs.get(task)
     if known is None:
         message = history.entries[task].message
@@ -998,7 +939,7 @@ NO_TASK_LINE = "before the first task:"
 OTHER_TASKS = -1
 OTHER_TASKS_LINE = "other tasks:"
 # The fewest characters a task's line takes on a page (an empty prompt, a one-digit id).
-TASK_LINE_FLOOR = min(len(f"task {recall_id(0)}:"), len(NO_TASK_LINE)) + 1
+TASK_LINE_FLOOR = min(len(f'task {recall_id(0)} "":'), len(NO_TASK_LINE)) + 1
 
 
 @lru_cache(maxsize=4096)
@@ -1009,13 +950,6 @@ def _named_task(task: int, prompt: str) -> str:
     if len(words) > PROMPT_WORDS_CHARS:
         words = words[: PROMPT_WORDS_CHARS - 1] + "…"
     return f'task {recall_id(task)} "{words}":'
-
-
-def _task_by_id(task: int) -> str:
-    """A task's line on a page after one that quotes its prompt: the words are above,
-    and repeating them on every page a pass appends cost a small window a tenth of its
-    ledger (`contextfold eval`, BFCL at 4,000 tokens: 30k tokens in 1,436 such lines)."""
-    return f"task {recall_id(task)}:"
 
 
 def _prompt_text(message: Mapping[str, Any]) -> str:
