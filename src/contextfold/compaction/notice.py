@@ -107,24 +107,22 @@ def _compact_text(history: History, state: FoldState, removed_messages: int) -> 
     removed = state.removed_units.without(state.summarized_units)
     first_unit = next(removed, None)
     last_unit = next(state.removed_units.without(state.summarized_units, reverse=True), None)
-    removed_text = f"{removed_messages} earlier message(s)"
+    parts = [f"{removed_messages} earlier message(s)"]
     if first_unit is not None and last_unit is not None:
         first_id = recall_id(min(history.units[first_unit].entries))
         last_id = recall_id(max(history.units[last_unit].entries))
-        removed_text += f" ({first_id}-{last_id})" if first_id != last_id else f" ({first_id})"
-    removed_text += " left this view"
+        parts[0] += f" ({first_id}-{last_id})" if first_id != last_id else f" ({first_id})"
+    parts[0] += " left this view"
     if state.shortened:
-        removed_text += f" and {len(state.shortened)} were shortened (marked)"
-    sentences = [removed_text]
+        parts.append(f"{len(state.shortened)} were shortened (marked with their ids)")
     ledger = state.ledger
     if ledger.entries:
-        sentences.append(f"The ledger above lists {len(ledger.entries)} of their values")
-    # Every word of it rides on each request until the next pass: a sentence per fact.
+        parts.append(f"the ledger above lists {len(ledger.entries)} of their values")
     return (
-        "<context-compaction>"
-        + ". ".join(sentences)
-        + f'. All are kept: {RECALL_TOOL}("<id>") returns one whole, '
-        f'{RECALL_TOOL}(query="...") searches them.</context-compaction>'
+        "<context-compaction>Compacted to fit the context window; the full history is kept: "
+        + "; ".join(parts)
+        + f'. {RECALL_TOOL}("<id>") returns a message whole, {RECALL_TOOL}(query="...") '
+        "searches them.</context-compaction>"
     )
 
 
