@@ -44,6 +44,9 @@ async def run(summarizer: Recording, **settings: Any) -> list[tuple[list[dict], 
     """A growing tool session; for each summarizer call, the view the request before it
     returned (as the caller got it) and how many requests had been made."""
     settings.setdefault("token_counter", "heuristic")
+    # Two summaries (the second folding the first) need the threshold planner's passes: a
+    # cost pass goes deep and drops the turns after its one summarized block.
+    settings.setdefault("planner", "threshold")
     context = ContextFold({"strategies": LADDER, **settings}, summarizer=summarizer)
     await context.set_messages([SYSTEM, human("Look up every topic and compare.")])
     sent: list[list[dict]] = []

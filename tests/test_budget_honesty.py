@@ -226,7 +226,11 @@ async def test_a_correction_two_readings_agree_on_stands() -> None:
 async def test_actual_mode_sets_a_lone_reading_aside_too() -> None:
     # The billed figure drives the trigger in actual mode; with a plain exact counter nothing
     # calibrates, and a reading of 20,000 made every later request look over the budget.
-    ctx, _ = await locked_out_setup(token_meter="actual", token_counter="exact")
+    # The threshold planner's view (about 3,500 tokens) makes four times it a reading over
+    # the budget; a cost pass leaves a view small enough that four times it still fits.
+    ctx, _ = await locked_out_setup(
+        token_meter="actual", token_counter="exact", planner="threshold"
+    )
     for n in range(3, 10):
         for message in tool_round(n, result_chars=1_500):
             await ctx.add_message(message)

@@ -92,7 +92,10 @@ def test_every_run_is_a_real_amplifier_session(numbers: dict[str, Any]) -> None:
     assert server["providers"][0]["config"] == plans["managed"]["providers"][0]["config"] | {
         "context_editing": {"type": "clear_tool_uses"}
     }
-    assert plans["managed"]["context"]["config"] == {"report_events": "every_request"}
+    assert plans["managed"]["context"]["config"] == {
+        "report_events": "every_request",
+        "planner": "threshold",
+    }
     assert plans["cost"]["context"]["config"] == {
         "report_events": "every_request",
         "planner": "cost",
@@ -103,6 +106,7 @@ def test_every_run_is_a_real_amplifier_session(numbers: dict[str, Any]) -> None:
         "report_events": "every_request",
         "strategies": ["strip_thinking", "summarize", "truncate_tool_results", "drop_oldest"],
         "summarizer": {"provider": "scripted"},
+        "planner": "threshold",
         "compact_threshold": 0.99,
         "target_usage": 0.2,
         "protected_recent": 0.05,

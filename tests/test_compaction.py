@@ -268,7 +268,8 @@ async def test_only_the_newest_turn_keeps_its_thinking_and_it_goes_back_intact()
 
 
 async def test_thinking_is_left_out_before_anything_lossy() -> None:
-    ctx, _events = make(protected_recent=0.0, protected_tool_results=0)
+    # The threshold planner stops at the target (a cost pass goes on, past the cheapest rung).
+    ctx, _events = make(protected_recent=0.0, protected_tool_results=0, planner="threshold")
     messages = [SYSTEM, human("task")]
     for n in range(8):
         messages.extend(thinking_round(n))

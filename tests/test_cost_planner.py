@@ -44,8 +44,13 @@ def cost_context(**settings: Any) -> ContextFold:
     )
 
 
+def threshold_context() -> ContextFold:
+    """The baseline the cost planner is measured against: the threshold planner, named."""
+    return ContextFold(planner="threshold", prices=SONNET, token_counter="heuristic")
+
+
 async def test_the_cost_planner_compacts_at_the_optimal_peak_before_the_trigger() -> None:
-    threshold = await run_session(ContextFold(prices=SONNET, token_counter="heuristic"), 120)
+    threshold = await run_session(threshold_context(), 120)
     cost = await run_session(cost_context(), 120)
     trigger = cost[0].trigger
     # The threshold planner waits for the trigger every time.
@@ -75,9 +80,7 @@ async def test_the_cost_planner_compacts_at_the_optimal_peak_before_the_trigger(
 
 async def test_a_cost_pass_goes_deep() -> None:
     cost = await run_session(cost_context(), 60, budget=20_000)
-    threshold = await run_session(
-        ContextFold(prices=SONNET, token_counter="heuristic"), 60, budget=20_000
-    )
+    threshold = await run_session(threshold_context(), 60, budget=20_000)
     deepest = min(r.tokens_after for r in cost if r.compacted)
     assert deepest < min(r.tokens_after for r in threshold if r.compacted) / 2
     assert deepest < cost[0].target
@@ -150,7 +153,7 @@ async def test_a_reading_with_no_cache_reads_makes_the_next_request_compact_deep
     assert cold is not None and cold.compacted and cold.compacted_by == "cold_cache"
     assert cold.tokens_after < cold.tokens_before / 2
     # The threshold planner does not know about the cache: the same session does not compact.
-    plain = ContextFold(prices=SONNET, token_counter="heuristic")
+    plain = threshold_context()
     await steady_then(plain, 12)
     await plain.on_llm_response(usage(plain.last_view_estimate or 0, cache_read=0))
     for message in tool_round(99, result_chars=2_000):

@@ -70,11 +70,13 @@ def current_task(*, drawn_from: bool, pages: int, padding: int = 0) -> list[dict
     return messages
 
 
-async def replayed(messages: list[dict[str, Any]]) -> tuple[ContextFold, list[dict[str, Any]]]:
+async def replayed(
+    messages: list[dict[str, Any]], **config: Any
+) -> tuple[ContextFold, list[dict[str, Any]]]:
     """Every message admitted, a request before each assistant message as a loop makes
     them; returns the context and the view of the request that would precede the call for
     `WANTED`."""
-    context = ContextFold({"max_tokens": WINDOW, "token_counter": "exact"})
+    context = ContextFold({"max_tokens": WINDOW, "token_counter": "exact", **config})
     await context.add_message(SYSTEM)
     for message in messages:
         if message["role"] == "assistant":
@@ -110,7 +112,9 @@ async def test_a_listing_nothing_drew_from_still_gives_way() -> None:
     # The same shape, but no later call names a path of the listing: the listing is one
     # more old result, shortened or removed like any other.
     messages = earlier_task() + current_task(drawn_from=False, pages=12)
-    _, view = await replayed(messages)
+    # The threshold planner's pass: a cost pass holds the whole current task while it fits
+    # under the middle of the band (`PassPlan.hold_raw`), the listing with it.
+    _, view = await replayed(messages, planner="threshold")
     assert not whole_in_view(view, WANTED)
     assert_pairing(view)
 

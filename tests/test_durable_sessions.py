@@ -125,9 +125,12 @@ async def test_summaries_made_by_one_worker_are_reused_by_the_next(tmp_path: Pat
         return await digest(messages, max_tokens)
 
     store = url(tmp_path)
-    # No ledger: its pages grow pass by pass in the worker that grew the history, and a
-    # worker that compacts the whole transcript in one pass may shorten other results
-    # before summarizing (another span's record). Reuse holds where the views match.
+    # The threshold planner: a cost pass goes deep and drops the turns after its one
+    # summarized block, so the first worker would summarize once, and the second (one pass
+    # the budget forces) the block the first dropped. No ledger: its pages grow pass by
+    # pass in the worker that grew the history, and a worker that compacts the whole
+    # transcript in one pass may shorten other results before summarizing (another span's
+    # record). Reuse holds where the views match.
     first = ContextFold(
         store=store,
         session_id="s",
@@ -135,6 +138,7 @@ async def test_summaries_made_by_one_worker_are_reused_by_the_next(tmp_path: Pat
         strategies=ladder,
         token_counter="heuristic",
         ledger_share=0,
+        planner="threshold",
     )
     await first.set_messages([SYSTEM, human("go")])
     await run(first, range(25))
@@ -150,6 +154,7 @@ async def test_summaries_made_by_one_worker_are_reused_by_the_next(tmp_path: Pat
         strategies=ladder,
         token_counter="heuristic",
         ledger_share=0,
+        planner="threshold",
     )
     await second.set_messages(transcript)
     view = await second.get_messages_for_request(token_budget=BUDGET)

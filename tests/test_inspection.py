@@ -122,10 +122,12 @@ async def test_summaries_and_their_ranges_are_in_the_views() -> None:
 
 
 async def test_cleared_results_and_notice_text_as_the_view_carries_them() -> None:
+    # The threshold planner's passes clear results; a cost pass goes deep and drops them.
     context = ContextFold(
         max_tokens=6000,
         strategies=["clear_tool_results", "drop_oldest"],
         protected_tool_results=1,
+        planner="threshold",
     )
     inspection, truths = await replay(conversation(40, 3), context)
     cleared = [

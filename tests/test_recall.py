@@ -341,8 +341,10 @@ async def test_an_agent_recalls_a_cleared_result_byte_identical() -> None:
                 "config": {
                     "max_tokens": 5_000,
                     # Exact counts from the first request on (no calibration), so the pass
-                    # lands where this test expects.
+                    # lands where this test expects; the threshold planner's pass clears the
+                    # first result (a cost pass goes deep and drops its group).
                     "token_counter": "exact",
+                    "planner": "threshold",
                     "protected_tool_results": 2,
                     "strategies": [{"name": "clear_tool_results", "keep_last": 2}, "drop_oldest"],
                 },

@@ -290,7 +290,9 @@ async def test_7_5_a_small_budget_gets_a_view_not_a_refusal() -> None:
 
 
 async def test_7_5_the_notice_is_a_small_share_of_a_small_view() -> None:
-    context, _ = fold({"max_tokens": 900})
+    # The threshold planner's pass, down to its target: a cost pass leaves the last exchange
+    # alone beside the same notice (52 tokens, a seventeenth of the budget).
+    context, _ = fold({"max_tokens": 900, "planner": "threshold"})
     await short_chat(context)
     view = await context.get_messages_for_request()
     notice = [m for m in view if m.get("metadata", {}).get("source") == NOTICE_SOURCE]

@@ -54,6 +54,9 @@ LADDER = [
     "drop_oldest",
 ]
 INSTRUCTION = "Summarize only that transcript"
+# Two summaries need the threshold planner's passes: a cost pass goes deep and drops the
+# turns after its one summarized block.
+PLANNER = "threshold"
 SUMMARY = "Topics t0 onward were looked up with lookup; each result is a page of prose."
 
 
@@ -105,7 +108,9 @@ async def test_openai_summary_requests_repeat_a_sent_request_then_the_instructio
     server = Server()
     client = openai.AsyncOpenAI(api_key="k", http_client=server.http(), max_retries=0)
     summarizer = openai_summarizer(client, "gpt-4.1", aligned=True, tools=OPENAI_TOOLS)
-    context = ContextFold(max_tokens=8_000, strategies=LADDER, summarizer=summarizer)
+    context = ContextFold(
+        max_tokens=8_000, strategies=LADDER, summarizer=summarizer, planner=PLANNER
+    )
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": SYSTEM_PROMPT},
         {"role": "user", "content": "Look up every topic and compare."},
@@ -133,6 +138,7 @@ async def test_anthropic_summary_requests_repeat_a_sent_request_breakpoints_incl
         strategies=LADDER,
         summarizer=summarizer,
         cache_breakpoints="anthropic",
+        planner=PLANNER,
     )
     messages: list[dict[str, Any]] = [
         {"role": "user", "content": "Look up every topic and compare."}
@@ -158,7 +164,9 @@ async def test_without_aligned_the_sdk_summarizers_send_the_transcript_alone() -
     client = openai.AsyncOpenAI(api_key="k", http_client=server.http(), max_retries=0)
     summarizer = openai_summarizer(client, "gpt-4.1-mini", tools=OPENAI_TOOLS)
     assert summarizer.aligned_requests is False
-    context = ContextFold(max_tokens=8_000, strategies=LADDER, summarizer=summarizer)
+    context = ContextFold(
+        max_tokens=8_000, strategies=LADDER, summarizer=summarizer, planner=PLANNER
+    )
     messages: list[dict[str, Any]] = [{"role": "user", "content": "Look up every topic."}]
     for n in range(30):
         messages += tool_round(n, result_chars=1_500, shape="openai")

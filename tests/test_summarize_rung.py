@@ -220,7 +220,9 @@ async def test_a_resumed_transcript_reuses_every_summary_already_made() -> None:
     records, so it calls the summarizer only for what was never summarized."""
     store = InMemorySummaryStore()
     first = Counting()
-    context, _ = make(first, store)
+    # The threshold planner: a cost pass goes deep and drops the turns after its one
+    # summarized block, and the summary never grows past them (one summary in all).
+    context, _ = make(first, store, planner="threshold")
     await context.set_messages([SYSTEM, human("Look up every topic.")])
     await grow(context, range(30), budget=8_000)
     summarized = context.summary_stats.written
@@ -228,7 +230,7 @@ async def test_a_resumed_transcript_reuses_every_summary_already_made() -> None:
     transcript = await context.get_messages()
 
     resumed_summarizer = Counting()
-    resumed, events = make(resumed_summarizer, store)
+    resumed, events = make(resumed_summarizer, store, planner="threshold")
     await resumed.set_messages(transcript)
     view = await resumed.get_messages_for_request(token_budget=8_000)
     assert resumed_summarizer.calls <= 1  # at most the one span never summarized before

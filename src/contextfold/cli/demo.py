@@ -6,8 +6,8 @@ the ``tool-doc-lookup`` tool. They differ in the context's config only (`RunSpec
 
 - *without compaction*: ``compaction_enabled: false`` and a provider that serves requests over
   its window (``enforce_window: false``) so the size they would have had can be measured;
-- *with context-fold*: default settings and a provider that refuses an oversized request
-  exactly like a real one does;
+- *with context-fold*: default settings with the threshold planner named (``planner:
+  threshold``), and a provider that refuses an oversized request exactly like a real one does;
 - *server-side clear_tool_uses*: what the provider offers instead: the context sends the whole
   history (``compaction_enabled: false``) and ``provider-scripted`` applies Anthropic's
   ``clear_tool_uses`` at its documented defaults (trigger 100,000 tokens scaled to the
@@ -84,6 +84,7 @@ SUMMARIZE_LADDER: tuple[Any, ...] = (
 # and then deep (to a fifth of it), protecting just the newest exchange, so passes are few
 # and the prefix stays byte-identical between them (see bench/bench_demo_ladders.py).
 CACHE_FRIENDLY_SETTINGS: dict[str, Any] = {
+    "planner": "threshold",  # late and deep by the thresholds below
     "compact_threshold": 0.99,
     "target_usage": 0.2,
     "protected_recent": 0.05,
@@ -424,6 +425,9 @@ def _context_config(settings: DemoSettings, *, managed: bool) -> dict[str, Any]:
         config["token_meter"] = "actual" if managed else "estimate"
     elif not managed:
         config["compaction_enabled"] = False
+    else:
+        # The cost planner's run is measured against this one: its planner is named.
+        config["planner"] = "threshold"
     if managed and settings.store:
         config["store"] = settings.store
     return config
