@@ -90,9 +90,11 @@ def summarize_variant(
 
 def base_variants(settings: DemoSettings | None = None) -> tuple[RunSpec, ...]:
     """The demo's own runs: without compaction, with context-fold, summarize ladder (the
-    provider's clear_tool_uses is no ladder of ours, and the cost planner no other ladder:
+    provider's clear_tool_uses is no ladder of ours, and the threshold planner no other ladder:
     both left out here)."""
-    return demo_runs(replace(settings or DemoSettings(), server_editing=False, cost_planner=False))
+    return demo_runs(
+        replace(settings or DemoSettings(), server_editing=False, threshold_planner=False)
+    )
 
 
 def sweep_variants() -> tuple[RunSpec, ...]:

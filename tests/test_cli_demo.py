@@ -75,7 +75,7 @@ def test_demo_writes_a_png_chart_and_json(demo: Outcome, numbers: dict[str, Any]
 def test_every_run_is_a_real_amplifier_session(numbers: dict[str, Any]) -> None:
     plans = numbers["mount_plans"]
     assert list(plans) == list(numbers["runs"])
-    assert list(plans) == ["unmanaged", "managed", "cost", "summarize", "clear_tool_uses"]
+    assert list(plans) == ["unmanaged", "managed", "threshold", "summarize", "clear_tool_uses"]
     for name, plan in plans.items():
         assert plan["session"] == {"orchestrator": "loop-fold", "context": "context-fold"}
         provider = plan["providers"][0]
@@ -92,13 +92,10 @@ def test_every_run_is_a_real_amplifier_session(numbers: dict[str, Any]) -> None:
     assert server["providers"][0]["config"] == plans["managed"]["providers"][0]["config"] | {
         "context_editing": {"type": "clear_tool_uses"}
     }
-    assert plans["managed"]["context"]["config"] == {
+    assert plans["managed"]["context"]["config"] == {"report_events": "every_request"}
+    assert plans["threshold"]["context"]["config"] == {
         "report_events": "every_request",
         "planner": "threshold",
-    }
-    assert plans["cost"]["context"]["config"] == {
-        "report_events": "every_request",
-        "planner": "cost",
     }
     # The summarize ladder with the rung's own defaults, compacting late and deep, the
     # session's provider summarizing; the task and everything else as in the other runs.
@@ -203,19 +200,20 @@ def test_every_run_is_priced_at_both_pricings(demo: Outcome, numbers: dict[str, 
     assert "cheapest run was" in demo.out
 
 
-def test_the_cost_planner_run_is_the_cheapest_and_stays_inside_the_window(
+def test_the_defaults_cost_planner_run_is_the_cheapest_and_stays_inside_the_window(
     numbers: dict[str, Any],
 ) -> None:
     runs = numbers["runs"]
-    cost, managed = runs["cost"], runs["managed"]
+    cost, threshold = runs["managed"], runs["threshold"]
     assert cost["completed"] and not cost["overflowed"] and cost["refused"] == 0
     assert all(point["tokens"] <= cost["input_limit"] for point in cost["points"])
-    assert cost["history_messages"] == managed["history_messages"]
+    assert cost["history_messages"] == threshold["history_messages"]
     for pricing in ("anthropic", "openai"):
         cheapest = min(run["costs"][pricing] for run in runs.values())
         assert cost["costs"][pricing] == cheapest
-        # Cheaper than the defaults at the same window (this short task: about a sixth).
-        assert cost["costs"][pricing] < 0.9 * managed["costs"][pricing]
+        # Cheaper than the threshold planner, the defaults before it, at the same window
+        # (this short task: about a sixth).
+        assert cost["costs"][pricing] < 0.9 * threshold["costs"][pricing]
 
 
 def test_numbers_are_consistent(numbers: dict[str, Any]) -> None:

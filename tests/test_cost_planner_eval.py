@@ -15,6 +15,7 @@ from contextfold.evaluation.runner import EvalSettings, Totals, evaluate
 
 # The baseline: contextfold's defaults with the threshold planner named, whatever the default.
 THRESHOLD = config_policy("threshold", {"planner": "threshold"})
+COST = config_policy("cost", {"planner": "cost"})
 
 
 def scores(totals: Totals) -> tuple[int, int, int, int]:
@@ -29,7 +30,7 @@ def scores(totals: Totals) -> tuple[int, int, int, int]:
 @pytest.mark.parametrize("window", [8_000, 16_000])
 def test_the_cost_planner_is_cheaper_at_equal_or_better_fact_scores(window: int) -> None:
     corpus = generate_corpus(CorpusSettings(seed=0, sessions=8))
-    policies = [THRESHOLD, builtin_policy("cost")]
+    policies = [THRESHOLD, COST]
     report = evaluate(corpus, policies, EvalSettings(windows=(window,)))
     defaults, cost = report.totals_for("long-horizon", window)
     assert defaults.policy == "threshold" and cost.policy == "cost"
@@ -47,7 +48,7 @@ def test_the_cost_planner_costs_less_than_server_side_clearing_on_the_requests_b
     # At 16,000 tokens server-side clear_tool_uses answers every long-horizon request (and
     # loses a third of the near facts): the cost planner still costs less, at both prices.
     corpus = generate_corpus(CorpusSettings(seed=0, sessions=8))
-    policies = [builtin_policy("clear-tool-uses"), builtin_policy("cost")]
+    policies = [builtin_policy("clear-tool-uses"), COST]
     report = evaluate(corpus, policies, EvalSettings(windows=(16_000,)))
     clearing, cost = report.totals_for("long-horizon", 16_000)
     assert clearing.policy == "clear-tool-uses" and cost.policy == "cost"

@@ -20,7 +20,7 @@ import pytest
 from contextfold import ContextFold
 from contextfold.evaluation.bfcl import bfcl_available, bfcl_sessions
 from contextfold.evaluation.longhorizon import CorpusSettings, generate_corpus
-from contextfold.evaluation.policies import builtin_policy
+from contextfold.evaluation.policies import builtin_policy, config_policy
 from contextfold.evaluation.runner import EvalConversation, EvalSettings, Totals, evaluate
 from support import SYSTEM, human, prose, tool_round, unstamped
 
@@ -88,10 +88,11 @@ def scores(totals: Totals) -> tuple[int, int, int]:
 
 
 def defaults_and_cost(conversation: EvalConversation, window: int) -> tuple[Totals, Totals]:
-    policies = [builtin_policy("contextfold"), builtin_policy("cost")]
+    # Both planners named, whichever is the default (the threshold one was until 0.2).
+    policies = [builtin_policy("threshold"), config_policy("cost", {"planner": "cost"})]
     report = evaluate([conversation], policies, EvalSettings(windows=(window,)))
     defaults, cost = report.totals_for(conversation.corpus, window)
-    assert (defaults.policy, cost.policy) == ("contextfold", "cost")
+    assert (defaults.policy, cost.policy) == ("threshold", "cost")
     return defaults, cost
 
 

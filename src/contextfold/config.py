@@ -106,7 +106,7 @@ class ContextConfig:
     # reading: "auto" (when the opentelemetry package is installed) or "off".
     opentelemetry: str = "auto"
     # When compaction runs (see PLANNERS); "cost" prices with `prices`, else the model's.
-    planner: str = "threshold"
+    planner: str = "cost"
 
     def __post_init__(self) -> None:
         _check_optional_positive_int("max_tokens", self.max_tokens)

@@ -104,13 +104,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser(
         "demo",
         help="run a long agent task offline without compaction, with context-fold, with "
-        "the cost planner, with the summarize ladder and with the provider's clear_tool_uses, "
+        "the threshold planner, with the summarize ladder and with the provider's clear_tool_uses, "
         "and price each run",
         description=(
             "Run a long tool-using agent task in a deliberately small window without\n"
-            "compaction, with context-fold, with its cost planner (planner: cost), with the\n"
-            "summarize ladder and with Anthropic's server-side clear_tool_uses, and print the\n"
-            "runs side by side with what each cost at Anthropic's and at OpenAI's prices."
+            "compaction, with context-fold, with its threshold planner (planner: threshold),\n"
+            "with the summarize ladder and with Anthropic's server-side clear_tool_uses, and\n"
+            "print the runs side by side with what each cost at Anthropic's and at OpenAI's\n"
+            "prices."
         ),
         epilog=_DEMO_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

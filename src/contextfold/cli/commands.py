@@ -229,9 +229,9 @@ def _demo_verdict(result: DemoResult) -> str:
         f"({'inside' if fits else 'OVER'} the limit) after {managed.compactions} compactions, "
         f"and the history still holds all {managed.history_messages} messages."
     )
-    planned = result.run("cost")
-    if planned is not None:
-        verdict += "\n" + _cost_planner_verdict(planned, managed)
+    threshold = result.run("threshold")
+    if threshold is not None:
+        verdict += "\n" + _threshold_verdict(threshold, managed)
     summarized = result.summarized
     if summarized is not None:
         verdict += "\n" + _summarize_verdict(summarized, unmanaged)
@@ -241,19 +241,19 @@ def _demo_verdict(result: DemoResult) -> str:
     return verdict + "\n" + _cost_verdict(result)
 
 
-def _cost_planner_verdict(run: RunSummary, managed: RunSummary) -> str:
+def _threshold_verdict(run: RunSummary, managed: RunSummary) -> str:
     fits = run.largest_request <= run.input_limit
     changes = ", ".join(
-        f"{(run.costs[name] - managed.costs[name]) / managed.costs[name]:+.0%} at "
+        f"{(managed.costs[name] - run.costs[name]) / run.costs[name]:+.0%} at "
         f"{PROVIDER_LABELS[name]}'s prices"
         for name in REFERENCE_PRICING
-        if managed.costs.get(name) and name in run.costs
+        if run.costs.get(name) and name in managed.costs
     )
     return (
-        f"With the cost planner the largest request was {run.largest_request:,} "
-        f"({'inside' if fits else 'OVER'} the limit) after {run.compactions} compactions, "
-        f"timed and sized by the prompt cache's prices; beside context-fold's defaults: "
-        f"{changes}."
+        f"With the threshold planner (compaction at the trigger) the largest request was "
+        f"{run.largest_request:,} ({'inside' if fits else 'OVER'} the limit) after "
+        f"{run.compactions} compactions; context-fold's defaults, timed and sized by the "
+        f"prompt cache's prices, beside it: {changes}."
     )
 
 

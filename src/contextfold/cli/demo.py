@@ -6,15 +6,17 @@ the ``tool-doc-lookup`` tool. They differ in the context's config only (`RunSpec
 
 - *without compaction*: ``compaction_enabled: false`` and a provider that serves requests over
   its window (``enforce_window: false``) so the size they would have had can be measured;
-- *with context-fold*: default settings with the threshold planner named (``planner:
-  threshold``), and a provider that refuses an oversized request exactly like a real one does;
+- *with context-fold*: default settings (the cost planner: compaction when the prompt
+  cache's prices make a pass cheapest, `compaction.cost_plan`) and a provider that refuses
+  an oversized request exactly like a real one does;
 - *server-side clear_tool_uses*: what the provider offers instead: the context sends the whole
   history (``compaction_enabled: false``) and ``provider-scripted`` applies Anthropic's
   ``clear_tool_uses`` at its documented defaults (trigger 100,000 tokens scaled to the
   window, keep 3 tool uses) to every request before it measures, caches and enforces its
   window on it, as the server does (`contextfold.context_editing`);
-- *cost planner*: the defaults with ``planner: cost``: compaction when the prompt cache's
-  prices make a pass cheapest, and as deep as protection lets it (`compaction.cost_plan`);
+- *threshold planner*: the defaults with ``planner: threshold``: compaction at the trigger
+  down to the target, as the reference module and contextfold's defaults before the cost
+  planner did;
 - *summarize ladder*: the ladder with the ``summarize`` rung (`SUMMARIZE_LADDER`, the rung's
   settings left at their defaults), compacting late and deep for the prompt cache
   (`CACHE_FRIENDLY_SETTINGS`), and the session's ``provider-scripted`` as summarizer (it
@@ -114,7 +116,8 @@ class DemoSettings:
     # the message-only budget with the measured request (the provider counts the whole
     # request, tool schemas included) instead of no compaction with context-fold.
     tools: int = 0
-    cost_planner: bool = True  # a run with ``planner: cost`` (not with tools)
+    # A run with ``planner: threshold`` (the defaults before the cost planner; not with tools).
+    threshold_planner: bool = True
     summarize: bool = True  # a run with the summarize ladder (not with tools)
     server_editing: bool = True  # a run with the provider's clear_tool_uses (not with tools)
     cache_breakpoints: bool = False  # every context marks Anthropic cache breakpoints
@@ -165,12 +168,13 @@ def demo_runs(settings: DemoSettings) -> tuple[RunSpec, ...]:
         )
         for key, managed in (("unmanaged", False), ("managed", True))
     ]
-    if settings.cost_planner and not settings.tools:
+    if settings.threshold_planner and not settings.tools:
+        threshold = {"planner": "threshold"}
         runs.append(
             RunSpec(
-                "cost",
-                "cost planner",
-                {**_context_config(replace(settings, store=None), managed=True), "planner": "cost"},
+                "threshold",
+                "threshold planner",
+                {**_context_config(replace(settings, store=None), managed=True), **threshold},
             )
         )
     if settings.summarize and not settings.tools:
@@ -425,9 +429,6 @@ def _context_config(settings: DemoSettings, *, managed: bool) -> dict[str, Any]:
         config["token_meter"] = "actual" if managed else "estimate"
     elif not managed:
         config["compaction_enabled"] = False
-    else:
-        # The cost planner's run is measured against this one: its planner is named.
-        config["planner"] = "threshold"
     if managed and settings.store:
         config["store"] = settings.store
     return config

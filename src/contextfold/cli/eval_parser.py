@@ -20,7 +20,7 @@ BUILTIN_POLICY_NAMES = (
     "clear-tool-uses",
     "contextfold",
     "summarize",
-    "cost",
+    "threshold",
 )
 CORPORA = ("long-horizon", "bfcl")
 

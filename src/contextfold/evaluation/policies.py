@@ -34,10 +34,11 @@ def summarize_ladder_policy() -> ContextFoldPolicy:
     )
 
 
-def cost_planner_policy() -> ContextFoldPolicy:
-    """contextfold's defaults with the cost planner (`compaction.cost_plan`)."""
+def threshold_planner_policy() -> ContextFoldPolicy:
+    """contextfold's defaults with the threshold planner: a pass at the trigger, down to the
+    target (the defaults before the cost planner, `compaction.cost_plan`, became them)."""
     return ContextFoldPolicy(
-        key="cost", label="contextfold, cost planner", config={"planner": "cost"}
+        key="threshold", label="contextfold, threshold planner", config={"planner": "threshold"}
     )
 
 
@@ -48,7 +49,7 @@ BUILTIN_POLICIES: dict[str, Callable[[], Policy]] = {
     "clear-tool-uses": ServerClearToolUses,
     "contextfold": ContextFoldPolicy,
     "summarize": summarize_ladder_policy,
-    "cost": cost_planner_policy,
+    "threshold": threshold_planner_policy,
 }
 
 
