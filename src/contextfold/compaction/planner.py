@@ -316,7 +316,7 @@ def run_pass(
         fresh = taken_values(uses, history, taken, _shown_by(work), state.ledger.listed)
         room = max(0, budget_raw - work.raw_total - header_cost) // 2
         capacity = plan.ledger_raw
-        if plan.deep and plan.hold_raw is not None:
+        if deep_hold is not None:
             # A deep pass goes below the band's middle, where any other pass would stop:
             # half of the room it frees there goes to the ledger, up to its share again
             # (more values taken out, in more passes, compete for it).
