@@ -22,7 +22,8 @@ from contextfold.evaluation.bfcl import bfcl_available, bfcl_sessions
 from contextfold.evaluation.longhorizon import CorpusSettings, generate_corpus
 from contextfold.evaluation.policies import builtin_policy, config_policy
 from contextfold.evaluation.runner import EvalConversation, EvalSettings, Totals, evaluate
-from support import SYSTEM, human, prose, tool_round, unstamped
+from support import human, prose, unstamped
+from test_cost_planner_working_set import after_an_earlier_task
 
 BUDGET = 12_000
 
@@ -49,13 +50,7 @@ async def test_an_early_pass_that_would_save_little_is_not_committed() -> None:
     # An earlier task, then a current one the cost planner holds whole: a pass before the
     # trigger would take out almost nothing and rewrite the whole view (the prompt cache's
     # write price on all of it). The view waits for the trigger instead.
-    context = cost_context()
-    await context.add_message(SYSTEM)
-    await context.add_message(human("Research every topic and summarise."))
-    for n in range(10):
-        for message in tool_round(n, result_chars=2_400):
-            await context.add_message(message)
-        await context.get_messages_for_request(token_budget=BUDGET)
+    context = await after_an_earlier_task()
     await context.add_message(human("Check the new files one by one."))
     compacted = []
     previous: list[dict[str, Any]] = []
