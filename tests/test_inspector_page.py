@@ -192,7 +192,7 @@ def test_a_long_replay_is_downsampled_and_a_zoom_draws_every_request(tmp_path: P
         page.mouse.down()
         page.mouse.move(x_of(2400), y, steps=5)
         page.mouse.up()
-        page.wait_for_function("Number(document.getElementById('timeline').dataset.points) < 1000")
+        wait_until(page, "Number(document.getElementById('timeline').dataset.points) < 1000")
         label = page.inner_text("#range-label")
         first, last = (int(n.replace(",", "")) for n in re.findall(r"[\d,]+", label)[:2])
         assert 1990 <= first <= 2010 and 2390 <= last <= 2410
@@ -206,8 +206,8 @@ def test_a_long_replay_is_downsampled_and_a_zoom_draws_every_request(tmp_path: P
         assert view_rows(page) == expected_rows(result, chosen)
         keep_screenshot(page, tmp_path / "inspector-zoomed.png")
         page.click("#zoom-out")
-        page.wait_for_function(
-            f"document.getElementById('timeline').dataset.points === '{expected_points}'"
+        wait_until(
+            page, f"document.getElementById('timeline').dataset.points === '{expected_points}'"
         )
     assert opened_page.errors == []
 
@@ -239,10 +239,22 @@ def select_run(page: Any, label_part: str) -> None:
     options = page.eval_on_selector_all("#run-select option", "os => os.map(o => o.textContent)")
     index = next(i for i, text in enumerate(options) if label_part in text)
     page.select_option("#run-select", str(index))
-    page.wait_for_function(
+    wait_until(
+        page,
         f"document.querySelector('#run-select').value === '{index}' && "
-        "document.getElementById('details').dataset.ready === '1'"
+        "document.getElementById('details').dataset.ready === '1'",
     )
+
+
+def wait_until(page: Any, expression: str) -> None:
+    """Poll ``expression`` from here, not with `wait_for_function`: the page's policy
+    forbids eval, which Playwright's in-page poller needs once the first check fails (a
+    run slow to draw failed CI that way)."""
+    for _ in range(600):
+        if page.evaluate(expression):
+            return
+        page.wait_for_timeout(50)
+    raise AssertionError(f"the page never reached {expression!r}")
 
 
 def test_an_eval_page_holds_every_run_and_contextfolds_views(tmp_path: Path) -> None:
