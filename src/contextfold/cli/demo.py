@@ -169,14 +169,8 @@ def demo_runs(settings: DemoSettings) -> tuple[RunSpec, ...]:
         for key, managed in (("unmanaged", False), ("managed", True))
     ]
     if settings.threshold_planner and not settings.tools:
-        threshold = {"planner": "threshold"}
-        runs.append(
-            RunSpec(
-                "threshold",
-                "threshold planner",
-                {**_context_config(replace(settings, store=None), managed=True), **threshold},
-            )
-        )
+        defaults = _context_config(replace(settings, store=None), managed=True)
+        runs.append(RunSpec("threshold", "threshold planner", {**defaults, "planner": "threshold"}))
     if settings.summarize and not settings.tools:
         runs.append(
             RunSpec("summarize", "summarize ladder", summarize_config(**CACHE_FRIENDLY_SETTINGS))

@@ -359,16 +359,7 @@ def _shorten_reused(
     among the newest results, lost its fare class (`contextfold eval`, BFCL at 8,000
     tokens)."""
     hold = _hold_under(work, target_raw)
-    units = work.history.units
-    truncated = work.state.truncated
-    spare = sum(
-        work.history.unit_cost(units[u], truncated)
-        for u in work.kept_units()
-        if not work.protection.unit_reason(u)
-        and not work.unit_held_by_current_task(u)
-        and work.unit_last_use(u) <= max(units[u].entries)
-    )
-    if work.raw_total - spare <= hold:
+    if work.raw_total - _removable_cost(work, keep_drawn_on=True) <= hold:
         return
     for index, short, cost in reused:
         if work.raw_total <= max(target_raw, hold):
@@ -383,14 +374,21 @@ def _current_task_keeps_what_it_draws_on(work: WorkingView, target_raw: int) -> 
     too, and shortening it comes before removing it, as for any result."""
     if (work.uses is None and not work.holds_whole_task) or work.history.last_human is None:
         return False
+    return work.raw_total - _removable_cost(work) <= _hold_under(work, target_raw)
+
+
+def _removable_cost(work: WorkingView, *, keep_drawn_on: bool = False) -> int:
+    """What the kept units a pass may remove come to: neither protected nor held by the
+    current task, and with ``keep_drawn_on`` none a later message drew a value from."""
     units = work.history.units
     truncated = work.state.truncated
-    spare = sum(
+    return sum(
         work.history.unit_cost(units[u], truncated)
         for u in work.kept_units()
-        if not work.protection.unit_reason(u) and not work.unit_held_by_current_task(u)
+        if not work.protection.unit_reason(u)
+        and not work.unit_held_by_current_task(u)
+        and not (keep_drawn_on and work.unit_last_use(u) > max(units[u].entries))
     )
-    return work.raw_total - spare <= _hold_under(work, target_raw)
 
 
 def _may_shorten(work: WorkingView, index: int, kind: Kind, kinds: tuple[Kind, ...]) -> bool:
