@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from contextfold import ConfigError, ContextFold
 from contextfold.identifiers import held_values
+from contextfold.ledger import Ledger
 from contextfold.summaries import scripted_summarizer
 from support import SYSTEM, assert_pairing, human, prose
 
@@ -104,7 +105,7 @@ async def test_the_ledger_lists_values_taken_out_once_after_their_newest_source(
     pages = pages_of(view)
     assert pages, "a pass that removed turns keeps their values in a ledger page"
     text = "\n".join(page["content"] for page in pages)
-    assert text.startswith("<context-ledger>\nValues from messages compacted out of this view")
+    assert text.startswith("<context-ledger>\nValues taken out of this view")
     lines = re.findall(r"^ r(\d+): (.*)$", text, re.M)
     listed = [value for _source, values in lines for value in values.split("; ")]
     assert len(listed) == len(set(listed)), "each value is listed once"
@@ -141,6 +142,27 @@ async def test_pages_are_appended_and_the_prefix_stays_byte_stable_between_passe
         at = before.index(old[-1]) + 1
         assert json.dumps(after[:at]) == json.dumps(before[:at])
     assert appended >= 2
+
+
+@pytest.mark.parametrize("planner", ["threshold", "cost"])
+async def test_a_later_page_names_a_task_an_earlier_page_quotes_by_its_id_alone(
+    planner: str,
+) -> None:
+    # The cost planner's first deep pass names the task's messages by id alone ("more
+    # values in ..."), with no value of it: the task's line is quoted all the same.
+    _context, views = await run(26, 6_000, planner=planner)
+    pages = max((pages_of(view) for view in views), key=len)
+    assert len(pages) >= 3
+    quoted = re.compile(r'^task (r\d+) "Look up every customer.*":$', re.MULTILINE)
+    by_id = re.compile(r"^task (r\d+):$", re.MULTILINE)
+    first = quoted.findall(pages[0]["content"])
+    assert len(first) == 1, pages[0]["content"]
+    # The prompt's words are on the first page only: every later page of the same task
+    # names it by its id (a small window carried the words once per page before).
+    for page in pages[1:]:
+        text = page["content"]
+        assert not quoted.search(text), text
+        assert by_id.findall(text) == first, text
 
 
 async def test_the_ledger_can_be_turned_off() -> None:
@@ -421,3 +443,100 @@ def test_a_page_too_small_for_every_tasks_line_still_names_every_message_taken_o
     # A room too small for every id still names what fits, and never more than the room.
     small = repacked(EMPTY, history, entries, 40, "user", counter)
     assert small.cost <= 40 and small.named < sources
+
+
+async def test_a_stored_ledger_keeps_the_tasks_its_pages_quote() -> None:
+    context, _views = await run(26, 6_000, planner="cost")
+    ledger = context._state.sticky.state.ledger
+    assert ledger.tasks and ledger.pages
+    document = json.loads(json.dumps(ledger.to_dict()))
+    assert Ledger.from_dict(document) == ledger
+    # A ledger stored before the tasks were kept has those of its values: one named by
+    # ids alone is quoted once more on the next page, nothing worse.
+    del document["tasks"]
+    older = Ledger.from_dict(document)
+    assert older.tasks == {e.task for e in ledger.entries} <= ledger.tasks
+    # A foreign or damaged document is refused (a stored session then plans afresh).
+    for bad in ("r1", [1, "2"], [True], {"1": 1}):
+        with pytest.raises(ValueError, match="tasks are message indexes"):
+            Ledger.from_dict({**document, "tasks": bad})
+
+
+# -- a page's density: each word rides on every request until the next pass -------------
+
+
+@pytest.mark.parametrize(
+    ("document", "held", "not_held"),
+    [
+        ('{"total": 22.5}', ["22.5"], ["22.50"]),
+        ('{"total": 22.50}', ["22.50"], ["22.5"]),
+        ('{"distance": 1000.0}', ["1000", "1000.0"], ["1000.00"]),
+        ('{"mass": 1.5e3}', ["1.5e3"], ["1500", "1500.0"]),
+        ('{"count": 12345}', ["12345"], []),
+        ('{"ratio": 0.5}', [], ["0.5", "0.50"]),  # too short to be a value, as before
+    ],
+)
+def test_a_documents_number_is_held_as_the_document_writes_it(
+    document: str, held: list[str], not_held: list[str]
+) -> None:
+    """A JSON number is held in the forms its text shows: the ledger listed ``22.5; 22.50``
+    for one number (a tenth of its values at BFCL's 4,000-token window), and ``22.50`` is no
+    text of ``{"total": 22.5}``. ``1000.0`` shows ``1000`` as a whole too (a call writing
+    1000 drew on it); a number written in no plain form is held as written."""
+    values = [v for row in held_values({"role": "tool", "content": document}) for v in row]
+    assert all(value in values for value in held), values
+    assert not any(value in values for value in not_held), values
+
+
+def test_a_pages_ids_named_alone_are_one_token_apart() -> None:
+    """``more values in r3 r5 r7``: a space between ids, where ", " cost a token per id (a
+    4,000-token window's page names dozens); each id still reads on its own."""
+    from contextfold.evaluation.fold_policy import _MarkCache
+    from contextfold.history import History
+    from contextfold.ledger import EMPTY, LedgerEntry, repacked
+    from contextfold.tokens import HeuristicCounter
+
+    counter = HeuristicCounter()
+    history = History(counter, 100_000)
+    history.append(history.prepare({"role": "user", "content": "Audit the orders."}))
+    entries = []
+    for k in range(6):
+        history.append(history.prepare({"role": "assistant", "content": f"step {k}"}))
+        entries.append(LedgerEntry(f"REF-{k:02d}", len(history) - 1, 0, 1))  # named only
+    page = repacked(EMPTY, history, entries, 200, "user", counter).pages[0]
+    line = next(x for x in page["content"].splitlines() if x.startswith(" more values in "))
+    assert line == " more values in r1 r2 r3 r4 r5 r6", line
+    # The task's line names r0; the line of ids, each message.
+    assert _MarkCache().of(page) == (True, frozenset(range(7)))
+
+
+async def test_a_shortened_result_its_marker_names_is_named_alone_by_no_page() -> None:
+    """A result shortened in the view carries ``context_recall("r7") returns it``: the view
+    names it already, and a page naming it alone ("more values in r7") cost a small window
+    a message on every later request. Once it leaves the view a page names it, as any
+    message taken out (nothing is lost silently at any request)."""
+    context = ContextFold({"token_counter": "heuristic", "planner": "threshold"})
+    await context.set_messages([SYSTEM, human("Look up every customer's order.")])
+    hint = re.compile(r'context_recall\("r(\d+)"\) returns it')
+    shortened_seen = 0
+    for n in range(30):
+        for message in finding(n, filler=2_500):
+            await context.add_message(message)
+        view = await context.get_messages_for_request(token_budget=6_000)
+        assert silently_lost(await context.get_messages(), view) == []
+        marked = {
+            int(i)
+            for m in view
+            if metadata(m).get("source") != "context-fold" and isinstance(m.get("content"), str)
+            for i in hint.findall(m["content"])
+        }
+        shortened_seen += len(marked)
+        alone = {
+            int(i)
+            for page in pages_of(view)
+            for line in page["content"].splitlines()
+            if line.startswith(" more values in ")
+            for i in WRITTEN_ID.findall(line)
+        }
+        assert not marked & alone, (marked, alone)
+    assert shortened_seen

@@ -221,22 +221,22 @@ def straightforward_chosen(
     history: History,
     candidates: Sequence[LedgerEntry],
     room: int,
-    first: bool,
-    already: frozenset[int],
+    before: ledger.PagesBefore,
     whole: bool = False,
 ) -> tuple[list[LedgerEntry], list[tuple[int, int | None]]]:
     """The page's estimate as first written: every candidate weighed, every task line
     measured before anything is compared (``whole`` changes nothing)."""
-    head = ledger.FIRST_PAGE_HEAD if first else ledger.NEXT_PAGE_HEAD
+    head = ledger.FIRST_PAGE_HEAD if before.first else ledger.NEXT_PAGE_HEAD
     budget = room * CHARS_PER_TOKEN - len(head) - len(LEDGER_OPEN) - len(LEDGER_CLOSE) - 8
+    already = before.sources
 
     def task_cost(task: int | None) -> int:
-        return len(ledger._task_line(history, task)) + 1
+        return len(ledger._task_line(history, task, before.tasks)) + 1
 
     name_cost: dict[int, int] = {}
     for entry in candidates:
         if entry.source not in already and entry.source not in name_cost:
-            name_cost[entry.source] = len(recall_id(entry.source)) + 2
+            name_cost[entry.source] = len(recall_id(entry.source)) + len(ledger.ID_SEPARATOR)
     reserve = sum(name_cost.values())
     # The line of ids whose tasks' lines do not fit, under no task.
     other_room = len(MORE_LINE) + task_cost(ledger.OTHER_TASKS) if name_cost else 0
@@ -311,6 +311,7 @@ entries = st.lists(
     room=st.integers(0, 400),
     first=st.booleans(),
     already=st.frozensets(st.integers(0, 2_000), max_size=20),
+    quoted=st.frozensets(st.none() | st.integers(0, 5), max_size=4),
     prompts=st.lists(st.text(max_size=120), min_size=6, max_size=6),
 )
 def test_the_estimate_stops_early_and_chooses_the_same(
@@ -318,13 +319,15 @@ def test_the_estimate_stops_early_and_chooses_the_same(
     room: int,
     first: bool,
     already: frozenset[int],
+    quoted: frozenset[int | None],
     prompts: list[str],
 ) -> None:
     history = prompts_history(prompts)
     ranked = ledger.ranked(candidates)
-    expected = straightforward_chosen(history, ranked, room, first, already)
-    assert ledger._chosen(history, ranked, room, first, already) == expected
-    whole = ledger._chosen(history, ranked, room, first, already, True)
+    before = ledger.PagesBefore(first, already, quoted)
+    expected = straightforward_chosen(history, ranked, room, before)
+    assert ledger._chosen(history, ranked, room, before) == expected
+    whole = ledger._chosen(history, ranked, room, before, True)
     if whole is None:
         # Left unweighed only when there would be no page, or it could not have named
         # every message.
@@ -433,7 +436,7 @@ def test_sessions_get_the_same_views_and_ledgers_without_the_shortcuts(
     original_page = ledger._fitted_page
 
     def page_without_cover(*args: Any) -> Any:
-        return original_page(*args[:7])  # the page always weighed and rendered
+        return original_page(*args[:6])  # the page always weighed and rendered
 
     with pytest.MonkeyPatch.context() as patch:
         ungated(patch)

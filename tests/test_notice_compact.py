@@ -43,7 +43,7 @@ async def test_a_small_window_gets_the_compact_notice_naming_the_removed_ids() -
     found = re.search(r"(\d+) earlier message\(s\) \((r\d+)-(r\d+)\) left this view", text)
     assert found, text
     assert int(found.group(1)) == report.removed_total
-    assert 'context_recall("<id>") returns a message whole' in text
+    assert 'context_recall("<id>") returns one whole' in text
     assert 'context_recall(query="...") searches them' in text
     # Each end of the range is a message the view left out, and recall returns it.
     shown = {m["content"] for m in view if isinstance(m.get("content"), str)}

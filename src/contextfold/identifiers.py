@@ -423,7 +423,7 @@ def _json_rows(text: str) -> list[list[str]] | None:
     if not stripped or stripped[0] not in "{[" or len(text) > MAX_READ_CHARS:
         return None
     try:
-        document = json.loads(text)
+        document = json.loads(text, parse_float=_FloatText)
     except (ValueError, RecursionError):
         return None
     rows: list[list[str]] = []
@@ -440,7 +440,9 @@ def _rows_of(value: Any, depth: int, rows: list[list[str]]) -> None:
     row: list[str] = []
     at = len(rows)  # this object's row goes before its children's
     for child in children:
-        if isinstance(child, str):
+        if isinstance(child, _FloatText):
+            row.extend(child.forms())
+        elif isinstance(child, str):
             if whole_value(child):
                 row.append(child.strip())
             elif len(child) > MIN_VALUE_CHARS:
@@ -453,6 +455,23 @@ def _rows_of(value: Any, depth: int, rows: list[list[str]]) -> None:
             _rows_of(child, depth + 1, rows)
     if row:
         rows.insert(at, row)
+
+
+class _FloatText(str):
+    """A JSON document's number with a fraction or an exponent, as its text reads."""
+
+    __slots__ = ()
+
+    def forms(self) -> list[str]:
+        """The `number_forms` the document itself shows: ``22.5`` is not also held as
+        ``22.50`` (a ledger listing both for one number spent a tenth of its values on such
+        twins: `contextfold eval`, BFCL at 4,000 tokens), while ``1000.0`` holds ``1000``
+        (the agent's call may write either). A form the text does not show is no value of
+        it; a number written in none of them (``1.5e3``) is held as written."""
+        text = str(self)
+        forms = number_forms(float(text))
+        shown = [form for form in forms if form == text or text.startswith(form + ".")]
+        return shown if shown or not forms else [text]
 
 
 def argument_leaves(value: Any, depth: int = 0) -> Iterator[tuple[Any, str]]:

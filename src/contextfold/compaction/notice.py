@@ -107,22 +107,20 @@ def _compact_text(history: History, state: FoldState, removed_messages: int) -> 
     removed = state.removed_units.without(state.summarized_units)
     first_unit = next(removed, None)
     last_unit = next(state.removed_units.without(state.summarized_units, reverse=True), None)
-    parts = [f"{removed_messages} earlier message(s)"]
+    text = f"{removed_messages} earlier message(s)"
     if first_unit is not None and last_unit is not None:
         first_id = recall_id(min(history.units[first_unit].entries))
         last_id = recall_id(max(history.units[last_unit].entries))
-        parts[0] += f" ({first_id}-{last_id})" if first_id != last_id else f" ({first_id})"
-    parts[0] += " left this view"
+        text += f" ({first_id}-{last_id})" if first_id != last_id else f" ({first_id})"
+    text += " left this view to fit the window"
     if state.shortened:
-        parts.append(f"{len(state.shortened)} were shortened (marked with their ids)")
-    ledger = state.ledger
-    if ledger.entries:
-        parts.append(f"the ledger above lists {len(ledger.entries)} of their values")
+        text += f", and {len(state.shortened)} were shortened"
+    # Every word rides on each request until the next pass; the ledger says what it lists
+    # and shortened messages carry their own ids, so the notice says only what left and how
+    # to read it again.
     return (
-        "<context-compaction>Compacted to fit the context window; the full history is kept: "
-        + "; ".join(parts)
-        + f'. {RECALL_TOOL}("<id>") returns a message whole, {RECALL_TOOL}(query="...") '
-        "searches them.</context-compaction>"
+        f'<context-compaction>{text}; all are kept: {RECALL_TOOL}("<id>") returns one '
+        f'whole, {RECALL_TOOL}(query="...") searches them.</context-compaction>'
     )
 
 

@@ -13,6 +13,8 @@ from typing import Any
 
 from ..history import History
 from ..ledger import MAX_HOLDERS, LedgerPlan, ValueIndex, extend, shrunk, taken_values
+from ..messages import content_text
+from ..recall import recall_hint
 from ..tokens import TokenCounter
 from .newest_results import RESULTS_SHARE, shorten_newest_results
 from .notice import build_notice
@@ -322,7 +324,7 @@ def run_pass(
             # (more values taken out, in more passes, compete for it).
             freed = max(0, deep_hold - work.raw_total - header_cost) // 2
             capacity += min(freed, plan.ledger_raw)
-        ledger_plan = LedgerPlan(capacity, min(room, capacity), notice_role)
+        ledger_plan = LedgerPlan(capacity, min(room, capacity), notice_role, _named_by_view(work))
         _set_ledger(work, extend(state.ledger, history, fresh, ledger_plan, counter))
     # The notice takes at most half the room left under the budget: where protection holds
     # the view near the budget, a notice filling the rest would put the next request over
@@ -390,6 +392,21 @@ def _task_fits(history: History, hold_raw: int | None) -> bool:
         if task_raw > hold_raw:
             return False
     return True
+
+
+def _named_by_view(work: WorkingView) -> frozenset[int]:
+    """The shortened or cleared messages still in the view whose marker names their
+    recall id (``context_recall("r7") returns it``, or with an offset where the middle was
+    cut): the view itself says where their values are."""
+    named: set[int] = set()
+    for index in work.state.shortened:
+        if work.is_removed(index):
+            continue
+        message, _cost = work.current(index)
+        # The hint without its closing parenthesis: a marker may add an offset.
+        if recall_hint(index)[:-1] in content_text(message.get("content"), " "):
+            named.add(index)
+    return frozenset(named)
 
 
 def _set_ledger(work: WorkingView, ledger: Any) -> None:

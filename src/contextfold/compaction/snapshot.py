@@ -98,7 +98,8 @@ def _ledger(stored: Any, units: Sequence[Unit]) -> Ledger:
     ledger = Ledger.from_dict(stored)
     size = sum(len(unit.entries) for unit in units)
     sources = [e.source for e in (*ledger.entries, *ledger.pool, *ledger.carried)]
-    if any(not 0 <= source < size for source in (*sources, *ledger.named)):
+    tasks = [task for task in ledger.tasks if task is not None]
+    if any(not 0 <= source < size for source in (*sources, *ledger.named, *tasks)):
         raise ValueError("compaction snapshot's ledger names messages this history does not have")
     return ledger
 
