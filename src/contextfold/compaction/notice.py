@@ -114,7 +114,8 @@ def _compact_text(history: History, state: FoldState, removed_messages: int) -> 
         text += f" ({first_id}-{last_id})" if first_id != last_id else f" ({first_id})"
     text += " left this view to fit the window"
     if state.shortened:
-        text += f", and {len(state.shortened)} were shortened"
+        shortened = len(state.shortened)
+        text += f", and {shortened} {'was' if shortened == 1 else 'were'} shortened"
     # Every word rides on each request until the next pass; the ledger says what it lists
     # and shortened messages carry their own ids, so the notice says only what left and how
     # to read it again.
