@@ -448,10 +448,7 @@ class RequestPlanner:
                 # A cost pass that leaves the view under the band's middle (and room for a
                 # few requests under the trigger) has not missed: the next pass is the cost
                 # model's again, not one the budget forces (see `cost_plan.reached_below`).
-                cadence = sticky.cadence
-                grown = RequestSizes(
-                    messages_size, trigger, target, head, cadence.after, cadence.requests
-                )
+                grown = self._request_sizes(state, (messages_size, trigger, target, head))
                 ledger = math.ceil(result.state.ledger.cost * ratio)
                 reached = (
                     reached_below(target, trigger, request_growth(grown), ledger)
@@ -513,17 +510,10 @@ class RequestPlanner:
         "cold_cache"), or "" (see `compaction.cost_plan`); ``sizes`` are the view's, the
         hard bound, the target and the head, in tokens. Runs on every request it does not
         compact, so it reads cached figures only: the rule per prices, the cadence's."""
-        rule = self._rules.get(prices.name)
-        if rule is None:
-            rule = self._rules[prices.name] = PeakRule(prices)
-        cadence = state.sticky.cadence
-        size, hard_bound, target, head = sizes
         watch = state.cache_watch
-        planned = RequestSizes(
-            size, hard_bound, target, head, cadence.after, cadence.requests, watch.floor
-        )
+        planned = self._request_sizes(state, sizes, watch.floor)
         warm = watch.warm(prices.cache_lifetime, now, state.last_reading)
-        return plan_request(rule, planned, warm)
+        return plan_request(self._rule(prices), planned, warm)
 
     def still_pays(
         self,
@@ -537,17 +527,28 @@ class RequestPlanner:
         """Whether the pass ``result`` the peak rule fired still pays at the floor it
         reached (`cost_plan.still_pays`); ``sizes`` as for `cost_reason`, the head being
         what the pass leaves as it was."""
-        rule = self._rules.get(prices.name)
-        if rule is None:
-            rule = self._rules[prices.name] = PeakRule(prices)
-        cadence = state.sticky.cadence
-        size, hard_bound, target, head = sizes
-        planned = RequestSizes(size, hard_bound, target, head, cadence.after, cadence.requests)
         reached = math.ceil(result.raw_total * ratio) + overhead
-        if still_pays(rule, planned, reached):
+        if still_pays(self._rule(prices), self._request_sizes(state, sizes), reached):
             return True
         state.cache_watch.floor = reached
         return False
+
+    def _rule(self, prices: Prices) -> PeakRule:
+        """The peak rule for ``prices``, made once per prices' name."""
+        rule = self._rules.get(prices.name)
+        if rule is None:
+            rule = self._rules[prices.name] = PeakRule(prices)
+        return rule
+
+    @staticmethod
+    def _request_sizes(
+        state: ContextState, sizes: tuple[int, int, int, int], floor: int | None = None
+    ) -> RequestSizes:
+        """``sizes`` (the view's, the hard bound, the target and the head) with the cadence's
+        figures since the last pass, and ``floor``, what a pass since then reached."""
+        cadence = state.sticky.cadence
+        size, hard_bound, target, head = sizes
+        return RequestSizes(size, hard_bound, target, head, cadence.after, cadence.requests, floor)
 
     def cheapest_pass(
         self,
@@ -593,9 +594,8 @@ class RequestPlanner:
             return PassOption(name, sizes.tokens(result.raw_total), sizes.tokens(kept))
 
         options = [option("deep", deep), option("newest", newest)]
-        cadence = sticky.cadence
         growth = request_growth(
-            RequestSizes(sizes.size, sizes.trigger, 0, sizes.head, cadence.after, cadence.requests)
+            self._request_sizes(state, (sizes.size, sizes.trigger, 0, sizes.head))
         )
         prices = self.prices(state.model)
         best = cheapest_option(prices, options, growth, sizes.trigger)

@@ -399,9 +399,7 @@ def _named_by_view(work: WorkingView) -> frozenset[int]:
     recall id (``context_recall("r7") returns it``, or with an offset where the middle was
     cut): the view itself says where their values are."""
     named: set[int] = set()
-    for index in work.state.shortened:
-        if work.is_removed(index):
-            continue
+    for index in work.state.shortened:  # messages still in the view only (`FoldState`)
         message, _cost = work.current(index)
         # The hint without its closing parenthesis: a marker may add an offset.
         if recall_hint(index)[:-1] in content_text(message.get("content"), " "):
